@@ -1,0 +1,65 @@
+"""Atomic file writes: write to a temporary sibling, fsync, then ``os.replace``.
+
+A run killed at any instant leaves either the old file or the complete new one, never a
+half-written output (``os.replace`` is atomic on POSIX within one filesystem).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import tempfile
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+TMP_SUFFIX = ".partial"
+
+
+@contextlib.contextmanager
+def atomic_path(target: str | Path) -> Iterator[Path]:
+    """Yield a temporary path next to ``target``; on success rename it onto ``target``."""
+    target = Path(target)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp_name = tempfile.mkstemp(prefix=f".{target.name}.", suffix=TMP_SUFFIX, dir=target.parent)
+    os.close(fd)
+    tmp = Path(tmp_name)
+    try:
+        yield tmp
+        with open(tmp, "rb") as handle:
+            os.fsync(handle.fileno())
+        os.replace(tmp, target)
+    finally:
+        if tmp.exists():
+            tmp.unlink()
+
+
+def write_text(target: str | Path, text: str) -> Path:
+    with atomic_path(target) as tmp:
+        tmp.write_text(text, encoding="utf-8")
+    return Path(target)
+
+
+def write_json(target: str | Path, obj: Any) -> Path:
+    return write_text(target, json.dumps(obj, indent=2, sort_keys=True, default=_json_default) + "\n")
+
+
+def write_with(target: str | Path, writer: Callable[[Path], None]) -> Path:
+    """Atomically write ``target`` with any library writer that takes a path (parquet, png, ...)."""
+    with atomic_path(target) as tmp:
+        writer(tmp)
+    return Path(target)
+
+
+def read_json(path: str | Path) -> Any:
+    return json.loads(Path(path).read_text(encoding="utf-8"))
+
+
+def _json_default(obj: Any) -> Any:
+    # numpy scalars and arrays appear in metrics; JSON needs plain Python numbers.
+    if hasattr(obj, "tolist"):
+        return obj.tolist()
+    if isinstance(obj, Path):
+        return str(obj)
+    raise TypeError(f"not JSON serialisable: {type(obj).__name__}")

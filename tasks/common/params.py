@@ -1,0 +1,165 @@
+"""Loading and validating ``params.yaml``.
+
+Every paper declares a pydantic model of one profile's section in ``tasks/<slug>/config.py``
+(``CONFIG``). Validation happens before any compute; a bad value fails with the dotted key path
+and the reason, e.g. ``arm_ebm.cpu.gpt2.n_layer: must be >= 1 (got 0)``. Unknown keys are errors.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+from tasks.common.env import PROFILES, repo_root
+
+TOP_LEVEL_KEYS = ("profile", "seeds", "papers")
+
+
+class ParamsError(ValueError):
+    """A bad entry in params.yaml or on the command line; the message names the key path."""
+
+
+class ProfileConfig(BaseModel):
+    """Base of every paper's per-profile config: strict, immutable, no unknown keys."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=False)
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    """Everything a paper run needs to know about its parameters, validated."""
+
+    slug: str
+    profile: str
+    seeds: tuple[int, ...]
+    config: ProfileConfig
+    params_hash: str
+
+    def describe(self) -> dict[str, Any]:
+        return {"slug": self.slug, "profile": self.profile, "seeds": list(self.seeds),
+                "params_hash": self.params_hash, "config": self.config.model_dump(mode="json")}
+
+
+def params_path(path: str | Path | None = None) -> Path:
+    return Path(path) if path else repo_root() / "params.yaml"
+
+
+def read_params(path: str | Path | None = None) -> dict[str, Any]:
+    file = params_path(path)
+    if not file.exists():
+        raise ParamsError(f"params: file not found: {file}")
+    try:
+        data = yaml.safe_load(file.read_text(encoding="utf-8")) or {}
+    except yaml.YAMLError as err:
+        raise ParamsError(f"params: {file} is not valid YAML: {err}") from err
+    if not isinstance(data, dict):
+        raise ParamsError(f"params: top level of {file} must be a mapping")
+    return data
+
+
+def known_papers() -> list[str]:
+    """Paper folders: ``tasks/<slug>/`` holding a ``config.py``."""
+    tasks_dir = repo_root() / "tasks"
+    return sorted(p.name for p in tasks_dir.iterdir() if (p / "config.py").is_file() and p.name != "common")
+
+
+def config_model(slug: str) -> type[ProfileConfig]:
+    if slug not in known_papers():
+        raise ParamsError(f"paper: unknown paper {slug!r} (known: {', '.join(known_papers())})")
+    module = importlib.import_module(f"tasks.{slug}.config")
+    return module.CONFIG
+
+
+def validate_profile(profile: Any, key: str = "profile") -> str:
+    if profile not in PROFILES:
+        raise ParamsError(f"{key}: must be one of {'|'.join(PROFILES)}, got {profile!r}")
+    return profile
+
+
+def validate_seeds(seeds: Any, key: str = "seeds") -> tuple[int, ...]:
+    if not isinstance(seeds, list | tuple) or not seeds:
+        raise ParamsError(f"{key}: must be a non-empty list of integers, got {seeds!r}")
+    for i, seed in enumerate(seeds):
+        if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
+            raise ParamsError(f"{key}[{i}]: must be a non-negative integer, got {seed!r}")
+    if len(set(seeds)) != len(seeds):
+        raise ParamsError(f"{key}: seeds must be distinct, got {list(seeds)}")
+    return tuple(int(s) for s in seeds)
+
+
+def _format_validation_error(prefix: str, err: ValidationError) -> str:
+    first = err.errors()[0]
+    path = ".".join([prefix, *[str(p) for p in first["loc"]]])
+    reason = first["msg"]
+    if first["type"] == "extra_forbidden":
+        reason = "unknown key"
+    given = first.get("input")
+    return f"{path}: {reason} (got {given!r})" if first["type"] != "missing" else f"{path}: {reason}"
+
+
+def validate_paper_section(slug: str, section: Any) -> dict[str, ProfileConfig]:
+    """Validate all three profiles of one paper's section."""
+    model = config_model(slug)
+    if not isinstance(section, dict):
+        raise ParamsError(f"{slug}: must be a mapping with keys {'|'.join(PROFILES)}")
+    for key in section:
+        if key not in PROFILES:
+            raise ParamsError(f"{slug}.{key}: unknown profile (expected {'|'.join(PROFILES)})")
+    configs = {}
+    for profile in PROFILES:
+        if profile not in section:
+            raise ParamsError(f"{slug}.{profile}: missing profile section")
+        try:
+            configs[profile] = model.model_validate(section[profile] or {})
+        except ValidationError as err:
+            raise ParamsError(_format_validation_error(f"{slug}.{profile}", err)) from None
+    return configs
+
+
+def validate_params(params: dict[str, Any]) -> None:
+    """Check the whole file: top-level keys, profile, seeds, the paper list and every section."""
+    papers = params.get("papers", [])
+    if not isinstance(papers, list):
+        raise ParamsError(f"papers: must be a list of paper slugs, got {papers!r}")
+    known = known_papers()
+    for i, slug in enumerate(papers):
+        if slug not in known:
+            raise ParamsError(f"papers[{i}]: unknown paper {slug!r} (known: {', '.join(known)})")
+    for key in params:
+        if key not in TOP_LEVEL_KEYS and key not in known:
+            raise ParamsError(f"{key}: unknown key (expected {', '.join(TOP_LEVEL_KEYS)} or a paper slug)")
+    validate_profile(params.get("profile"))
+    validate_seeds(params.get("seeds"))
+    for slug in papers:
+        validate_paper_section(slug, params.get(slug))
+
+
+def hash_config(slug: str, profile: str, seeds: tuple[int, ...], config: BaseModel) -> str:
+    payload = json.dumps({"slug": slug, "profile": profile, "seeds": list(seeds),
+                          "config": config.model_dump(mode="json")}, sort_keys=True)
+    return hashlib.sha256(payload.encode()).hexdigest()[:16]
+
+
+def resolve_run(slug: str, profile: str | None = None, seeds: list[int] | tuple[int, ...] | None = None,
+                path: str | Path | None = None) -> RunSpec:
+    """Validated run specification of one paper; command-line overrides win over params.yaml."""
+    params = read_params(path)
+    if slug not in known_papers():
+        raise ParamsError(f"paper: unknown paper {slug!r} (known: {', '.join(known_papers())})")
+    chosen_profile = validate_profile(profile if profile is not None else params.get("profile"),
+                                      key="profile" if profile is None else "--profile")
+    chosen_seeds = validate_seeds(list(seeds) if seeds is not None else params.get("seeds"),
+                                  key="seeds" if seeds is None else "--seeds")
+    if slug not in params:
+        raise ParamsError(f"{slug}: no section for this paper in {params_path(path)}")
+    configs = validate_paper_section(slug, params[slug])
+    config = configs[chosen_profile]
+    return RunSpec(slug, chosen_profile, chosen_seeds, config,
+                   hash_config(slug, chosen_profile, chosen_seeds, config))

@@ -1,0 +1,53 @@
+"""Provenance of a run: code version, environment, machine."""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.metadata
+import platform
+import subprocess
+from collections.abc import Iterable
+from pathlib import Path
+
+from tasks.common.env import repo_root
+
+TRACKED_PACKAGES = ("torch", "transformers", "datasets", "polars", "numpy", "prefect", "mlflow", "dvc",
+                    "pydantic")
+
+
+def git_state(root: Path | None = None) -> tuple[str, bool]:
+    """(commit, dirty). ``unknown`` when the folder is not a git checkout."""
+    root = root or repo_root()
+    try:
+        commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True,
+                                timeout=10, check=True).stdout.strip()
+        status = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=root,
+                                capture_output=True, text=True, timeout=10, check=True).stdout
+    except (subprocess.SubprocessError, FileNotFoundError):
+        return "unknown", True
+    return commit, bool(status.strip())
+
+
+def package_versions(names: Iterable[str] = TRACKED_PACKAGES) -> dict[str, str]:
+    versions = {}
+    for name in names:
+        try:
+            versions[name] = importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            versions[name] = "absent"
+    versions["python"] = platform.python_version()
+    return versions
+
+
+def hash_sources(*folders: Path) -> str:
+    """Content hash of the ``*.py`` files under the folders: the code version of a cached task.
+
+    Prefect's TASK_SOURCE hashes only the task function; a change in ``method.py`` must also
+    invalidate a cached training result, so cache keys include this hash.
+    """
+    digest = hashlib.sha256()
+    for folder in folders:
+        for file in sorted(Path(folder).rglob("*.py")):
+            digest.update(file.relative_to(folder).as_posix().encode())
+            digest.update(file.read_bytes())
+    return digest.hexdigest()[:16]

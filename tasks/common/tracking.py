@@ -1,0 +1,185 @@
+"""The only module that talks to MLflow.
+
+One experiment per paper, one parent run per flow run, one child run per seed (or variant)
+linked by the ``mlflow.parentRunId`` tag. Runs are addressed by explicit run ids through
+``MlflowClient`` because MLflow's "active run" is thread-local and Prefect tasks run on threads.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from tasks.common.env import repo_root
+from tasks.common.provenance import git_state, package_versions
+
+PARENT_TAG = "mlflow.parentRunId"
+
+
+def _client():
+    from mlflow.tracking import MlflowClient
+
+    return MlflowClient(tracking_uri=os.environ.get("MLFLOW_TRACKING_URI"))
+
+
+def artifact_location(slug: str) -> str | None:
+    """Artifacts of the local SQLite store go to ``<repo>/mlartifacts/<slug>``; a remote tracking
+    server chooses its own (``None``)."""
+    uri = os.environ.get("MLFLOW_TRACKING_URI", "")
+    if uri.startswith("sqlite:") or uri.startswith("file:") or not uri:
+        root = Path(os.environ.get("REPRO_MLARTIFACTS", repo_root() / "mlartifacts"))
+        return (root / slug).resolve().as_uri()
+    return None
+
+
+def get_or_create_experiment(slug: str) -> str:
+    client = _client()
+    found = client.get_experiment_by_name(slug)
+    if found is not None:
+        return found.experiment_id
+    try:
+        return client.create_experiment(slug, artifact_location=artifact_location(slug),
+                                        tags={"paper": slug})
+    except Exception:
+        # Two flows creating the experiment at once: the loser reads the winner's.
+        found = client.get_experiment_by_name(slug)
+        if found is None:
+            raise
+        return found.experiment_id
+
+
+def provenance_tags(profile: str, seeds: tuple[int, ...] | list[int], params_hash: str, device: str,
+                    flow_run_id: str | None = None) -> dict[str, str]:
+    commit, dirty = git_state()
+    tags = {
+        "git_commit": commit,
+        "git_dirty": str(dirty).lower(),
+        "params_hash": params_hash,
+        "profile": profile,
+        "seeds": ",".join(str(s) for s in seeds),
+        "device": device,
+        "prefect_flow_run_id": flow_run_id or "none",
+    }
+    tags.update({f"version.{k}": v for k, v in package_versions().items()})
+    return tags
+
+
+def _retry(fn, *args, attempts: int = 8, **kwargs):
+    # SQLite serialises writers; two flows logging at once can see "database is locked".
+    delay = 0.2
+    for attempt in range(attempts):
+        try:
+            return fn(*args, **kwargs)
+        except Exception as err:  # noqa: BLE001 - MLflow wraps the sqlite error in its own types
+            if "locked" not in str(err).lower() or attempt == attempts - 1:
+                raise
+            time.sleep(delay)
+            delay *= 2
+    raise AssertionError("unreachable")
+
+
+def start_run(slug: str, run_name: str, tags: Mapping[str, str], parent_run_id: str | None = None) -> str:
+    """Create a run (a child when ``parent_run_id`` is given) and return its id."""
+    experiment_id = get_or_create_experiment(slug)
+    all_tags = dict(tags)
+    if parent_run_id:
+        all_tags[PARENT_TAG] = parent_run_id
+    run = _retry(_client().create_run, experiment_id, tags=all_tags, run_name=run_name)
+    return run.info.run_id
+
+
+def end_run(run_id: str, status: str = "FINISHED") -> None:
+    _retry(_client().set_terminated, run_id, status=status)
+
+
+def flatten(prefix: str, obj: Any) -> dict[str, Any]:
+    """``{"a": {"b": 1}} -> {"a.b": 1}``: MLflow params and metrics are flat."""
+    if isinstance(obj, Mapping):
+        out: dict[str, Any] = {}
+        for key, value in obj.items():
+            out.update(flatten(f"{prefix}.{key}" if prefix else str(key), value))
+        return out
+    return {prefix: obj}
+
+
+def log_params(run_id: str, params: Mapping[str, Any]) -> None:
+    from mlflow.entities import Param
+
+    flat = flatten("", params)
+    items = [Param(k, json.dumps(v) if isinstance(v, list | tuple) else str(v)) for k, v in flat.items()]
+    for start in range(0, len(items), 100):  # MLflow caps a batch at 100 params
+        _retry(_client().log_batch, run_id, params=items[start:start + 100])
+
+
+def log_metrics(run_id: str, metrics: Mapping[str, float], step: int = 0) -> None:
+    from mlflow.entities import Metric
+
+    now = int(time.time() * 1000)
+    items = [Metric(k, float(v), now, step) for k, v in flatten("", metrics).items()
+             if isinstance(v, int | float) and not isinstance(v, bool)]
+    for start in range(0, len(items), 1000):
+        _retry(_client().log_batch, run_id, metrics=items[start:start + 1000])
+
+
+def log_curve(run_id: str, key: str, values: list[float]) -> None:
+    """A per-step curve (training loss) as one metric with steps."""
+    from mlflow.entities import Metric
+
+    now = int(time.time() * 1000)
+    items = [Metric(key, float(v), now, step) for step, v in enumerate(values)]
+    for start in range(0, len(items), 1000):
+        _retry(_client().log_batch, run_id, metrics=items[start:start + 1000])
+
+
+def set_tags(run_id: str, tags: Mapping[str, str]) -> None:
+    from mlflow.entities import RunTag
+
+    _retry(_client().log_batch, run_id, tags=[RunTag(k, str(v)) for k, v in tags.items()])
+
+
+def log_artifact(run_id: str, path: str | Path, artifact_path: str | None = None) -> None:
+    _retry(_client().log_artifact, run_id, str(path), artifact_path=artifact_path)
+
+
+def log_table(run_id: str, rows: list[Mapping[str, Any]], artifact_file: str) -> None:
+    """A table (list of row dicts) shown by the MLflow UI's table view."""
+    columns: dict[str, list[Any]] = {}
+    for row in rows:
+        for key in row:
+            columns.setdefault(key, [])
+    for row in rows:
+        for key in columns:
+            value = row.get(key)
+            columns[key].append(json.dumps(value) if isinstance(value, dict | list) else value)
+    _retry(_client().log_table, run_id, data=columns, artifact_file=artifact_file)
+
+
+def log_dict(run_id: str, obj: Any, artifact_file: str) -> None:
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / Path(artifact_file).name
+        path.write_text(json.dumps(obj, indent=2, default=str))
+        parent = str(Path(artifact_file).parent)
+        log_artifact(run_id, path, None if parent == "." else parent)
+
+
+def log_dataset(run_id: str, frame: Any, name: str, context: str) -> None:
+    """Record a polars DataFrame as a run input (MLflow's dataset tracking)."""
+    import mlflow.data
+    from mlflow.entities import DatasetInput, InputTag
+
+    dataset = mlflow.data.from_polars(frame, name=name)
+    _retry(_client().log_inputs, run_id,
+           datasets=[DatasetInput(dataset._to_mlflow_entity(), tags=[InputTag("mlflow.data.context", context)])])
+
+
+def find_runs(slug: str, filter_string: str = "") -> list[Any]:
+    client = _client()
+    experiment = client.get_experiment_by_name(slug)
+    if experiment is None:
+        return []
+    return client.search_runs([experiment.experiment_id], filter_string=filter_string)
