@@ -514,3 +514,51 @@ def teacher_forcing_nll(logits: torch.Tensor, ids: torch.Tensor, vocab_size: int
     """
     log_pi = torch.log_softmax(logits[..., :vocab_size], dim=-1)
     return -log_pi.gather(2, ids[:, 1:, None]).squeeze(2).sum(dim=1)
+
+
+# ----------------------------------------------------------------------------------------------------
+# Neural EBM (C3, neural side): an MLP energy trained by exact-partition maximum likelihood
+# ----------------------------------------------------------------------------------------------------
+
+
+def one_hot_sequences(n_prompts: int, vocab_size: int, horizon: int) -> torch.Tensor:
+    """Inputs of the MLP energy for every (prompt, sequence): [one_hot(x), one_hot(y_1), ..., one_hot(y_T)],
+    shape (X * V**T, X + T*V), rows ordered like the (X, V**T) tables."""
+    tokens = torch.as_tensor(index_to_tokens(np.arange(vocab_size**horizon), vocab_size, horizon))
+    y_part = torch.nn.functional.one_hot(tokens, vocab_size).reshape(len(tokens), -1).to(torch.float32)
+    x_part = torch.eye(n_prompts).repeat_interleave(len(tokens), dim=0)
+    return torch.cat([x_part, y_part.repeat(n_prompts, 1)], dim=1)
+
+
+def fit_neural_ebm(target_logp: np.ndarray, vocab_size: int, horizon: int, hidden: int, steps: int, lr: float,
+                   seed: int = 0) -> tuple[np.ndarray, list[float]]:
+    """MLP energy E_theta(x, y) on one-hot inputs, p_theta(y|x) = softmax_y E_theta(x, .), trained by full-batch
+    Adam on the exact population NLL  -mean_x sum_y p_R(y|x) log p_theta(y|x)  (partition by enumeration).
+
+    This is the EBM side of the supervised equivalence: the same objective as the ARM's teacher-forcing NLL
+    under p_R (cross-entropy H(p_R, p_theta)). Returns (log p_theta as (X, V**T) float64, NLL curve).
+    """
+    target_logp = np.asarray(target_logp, dtype=np.float64)
+    n_prompts = target_logp.shape[0]
+    torch.manual_seed(seed)
+    inputs = one_hot_sequences(n_prompts, vocab_size, horizon)
+    energy_net = torch.nn.Sequential(
+        torch.nn.Linear(inputs.shape[1], hidden), torch.nn.SiLU(),
+        torch.nn.Linear(hidden, hidden), torch.nn.SiLU(),
+        torch.nn.Linear(hidden, 1),
+    )
+    weights = torch.as_tensor(np.exp(target_logp), dtype=torch.float32)
+    optimizer = torch.optim.Adam(energy_net.parameters(), lr=lr)
+    schedule = torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, T_max=max(1, steps))
+    curve: list[float] = []
+    for _ in range(steps):
+        log_p = torch.log_softmax(energy_net(inputs).reshape(n_prompts, -1), dim=1)
+        loss = -(weights * log_p).sum(dim=1).mean()
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        optimizer.step()
+        schedule.step()
+        curve.append(float(loss.detach()))
+    with torch.no_grad():
+        log_p = torch.log_softmax(energy_net(inputs).reshape(n_prompts, -1).double(), dim=1)
+    return log_p.numpy(), curve

@@ -1,0 +1,91 @@
+"""Flow of arm_ebm: data (toy EBM tables, samples) then, per seed, E1-E4, then claims and figures."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+from prefect import flow, task
+from prefect.artifacts import create_progress_artifact, update_progress_artifact
+from prefect.cache_policies import INPUTS, TASK_SOURCE
+from prefect.task_runners import ThreadPoolTaskRunner
+
+from tasks.arm_ebm import experiment, figures
+from tasks.common.devices import pick_device
+from tasks.common.env import configure, repo_root
+from tasks.common.params import RunSpec, resolve_run
+from tasks.common.provenance import hash_sources
+from tasks.common.steps import log_seed_run, paper_paths, parent_run, publish_claims, write_plot_csv
+
+SLUG = "arm_ebm"
+WORKERS = 2
+
+
+@task(name="prepare-data")
+def prepare_data(spec: RunSpec, data_dir: str) -> list[str]:
+    return [str(p) for p in experiment.write_data(spec.config, spec.seeds, Path(data_dir))]
+
+
+# Cached on the inputs, which carry a hash of the paper's and common code (TASK_SOURCE alone would
+# miss a change in method.py): a killed run restarted skips the seeds already finished.
+@task(name="run-seed", cache_policy=INPUTS + TASK_SOURCE, persist_result=True)
+def run_seed(config, seed: int, data_dir: str, model_dir: str, device: str, code_version: str) -> dict:
+    result = experiment.run_seed(config, seed, Path(data_dir), Path(model_dir), device)
+    experiment.save_seed_result(result, Path(model_dir))
+    return result
+
+
+@task(name="make-figures")
+def make_figures(spec: RunSpec, results: list[dict], figures_dir: str, plots_dir: str) -> list[str]:
+    out, plots = Path(figures_dir), Path(plots_dir)
+    made = [figures.kl_vs_horizon(results, out / "kl_vs_horizon.png"),
+            figures.first_token_marginals(results, out / "first_token_marginals.png", spec.config.toy.b,
+                                          spec.config.toy.c),
+            figures.nll_curves(results, out / "nll_curves.png")]
+    write_plot_csv([row | {"seed": r["seed"]} for r in results for row in r["tables"]["e4_kl_vs_T"]],
+                   plots / "kl_vs_horizon.csv")
+    if "gpt2_train_nll" in results[0]["curves"]:
+        write_plot_csv([{"step": i, "seed": r["seed"], "nll": v} for r in results
+                        for i, v in enumerate(r["curves"]["gpt2_train_nll"])], plots / "gpt2_train_nll.csv")
+    return [str(p) for p in made if p is not None]
+
+
+@flow(name="arm_ebm", task_runner=ThreadPoolTaskRunner(max_workers=WORKERS), log_prints=True)
+def arm_ebm(profile: str | None = None, seeds: list[int] | None = None,
+            phase: Literal["data", "run", "all"] = "all") -> dict:
+    """ARMs are secretly EBMs: bijection, soft Bellman, supervised equivalence, lookahead, distillation."""
+    spec = resolve_run(SLUG, profile, seeds)
+    configure(spec.profile)
+    paths = paper_paths(SLUG)
+    if phase in ("data", "all"):
+        prepare_data(spec, str(paths.data))
+    if phase == "data":
+        return {"phase": "data", "data": str(paths.data)}
+    device = pick_device(spec.config.device)
+    import torch
+
+    torch.set_num_threads(experiment.torch_threads_per_worker(min(WORKERS, len(spec.seeds))))
+    code_version = hash_sources(repo_root() / "tasks" / SLUG, repo_root() / "tasks" / "common")
+    progress = create_progress_artifact(0.0, description=f"{SLUG}: seeds finished")
+    with parent_run(spec, device) as parent_id:
+        futures = []
+        for seed in spec.seeds:
+            # A cached result whose files were deleted is recomputed rather than trusted.
+            missing = not (paths.models / f"seed{seed}" / "result.json").exists()
+            futures.append(run_seed.with_options(refresh_cache=missing).submit(
+                spec.config, seed, str(paths.data), str(paths.models), device, code_version))
+        results = []
+        for done, future in enumerate(futures, start=1):
+            results.append(future.result())
+            update_progress_artifact(progress, 100.0 * done / len(futures))
+            print(f"[{SLUG}] seed {results[-1]['seed']} done ({done}/{len(futures)})")
+        for result in results:
+            seed_dir = paths.models / f"seed{result['seed']}"
+            log_seed_run(spec, parent_id, result, device, [str(seed_dir / "result.json")])
+        made = make_figures(spec, results, str(paths.figures), str(paths.plots))
+        rows = publish_claims(spec, parent_id, results, str(repo_root() / "tasks" / SLUG / "claims.yaml"),
+                              str(paths.reports), "arm_ebm: Autoregressive LMs are secretly EBMs", made)
+    return {"phase": phase, "parent_run_id": parent_id, "verdicts": {r["id"]: r["verdict"] for r in rows}}
+
+
+FLOW = arm_ebm

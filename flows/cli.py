@@ -1,0 +1,110 @@
+"""The ``repro`` command line. Paper modules (and torch) are imported only by the commands that
+run them, so ``repro --help`` and ``repro list`` answer in about a second."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+
+from tasks.common.env import configure, repo_root
+from tasks.common.params import ParamsError
+
+UI_HINT = ("Prefect UI: run `repro server start` (http://127.0.0.1:4200)\n"
+           "MLflow UI:  run `repro ui` (http://127.0.0.1:5000), or `mlflow ui` at the repo root")
+
+
+def cmd_list(_: argparse.Namespace) -> int:
+    from flows.registry import fidelity, last_verdicts, papers
+
+    print(f"{'paper':<24}{'fidelity':<44}{'last run':<10}verdicts")
+    for slug in papers():
+        profile, counts = last_verdicts(slug)
+        verdicts = ", ".join(f"{v} {k}" for k, v in sorted(counts.items())) or "-"
+        print(f"{slug:<24}{fidelity(slug):<44}{profile:<10}{verdicts}")
+    return 0
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from flows.stage import run_stage
+
+    return run_stage(args.slug, args.phase, args.profile, args.seeds)
+
+
+def cmd_report(_: argparse.Namespace) -> int:
+    from flows.report import main
+
+    return main()
+
+
+def cmd_server(args: argparse.Namespace) -> int:
+    from flows import servers
+
+    if args.action == "start":
+        url = servers.start_prefect()
+        print(f"Prefect server: {url} (UI http://127.0.0.1:{servers.PREFECT_PORT})\n"
+              f"use it with: export PREFECT_API_URL={url}")
+    elif args.action == "stop":
+        print("stopped" if servers.stop_prefect() else "no server started by repro was found")
+    else:
+        up = servers.prefect_running()
+        print(f"Prefect server at {servers.prefect_api_url()}: {'running' if up else 'not running'}")
+        return 0 if up else 1
+    return 0
+
+
+def cmd_ui(args: argparse.Namespace) -> int:
+    from flows import servers
+
+    prefect_url = servers.start_prefect()
+    print(f"Prefect UI: http://127.0.0.1:{servers.PREFECT_PORT}  (API {prefect_url})")
+    print(f"MLflow UI:  http://127.0.0.1:{args.port}  (store {os.environ['MLFLOW_TRACKING_URI']}); Ctrl-C stops it")
+    return subprocess.call(servers.mlflow_ui_command(args.port), cwd=repo_root())
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    from flows.serve import serve_all
+
+    serve_all(profile=args.profile, seeds=args.seeds, cron=args.cron)
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="repro", description="Reproduce the claims of ICML 2026 papers.",
+                                     epilog=UI_HINT, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="command", required=True)
+    sub.add_parser("list", help="papers, fidelity, last verdicts").set_defaults(func=cmd_list)
+    run = sub.add_parser("run", help="run one paper's flow")
+    run.add_argument("slug")
+    run.add_argument("--profile", choices=None, help="smoke | cpu | paper (default: params.yaml)")
+    run.add_argument("--seeds", type=int, nargs="+", help="default: params.yaml")
+    run.add_argument("--phase", choices=["data", "run", "all"], default="all")
+    run.set_defaults(func=cmd_run)
+    sub.add_parser("report", help="build reports/index.md and index.html").set_defaults(func=cmd_report)
+    server = sub.add_parser("server", help="the local Prefect server on 127.0.0.1")
+    server.add_argument("action", choices=["start", "stop", "status"])
+    server.set_defaults(func=cmd_server)
+    ui = sub.add_parser("ui", help="Prefect UI and MLflow UI on localhost")
+    ui.add_argument("--port", type=int, default=5000)
+    ui.set_defaults(func=cmd_ui)
+    serve = sub.add_parser("serve", help="a deployment per paper flow and reproduce-all, served here")
+    serve.add_argument("--profile", default="smoke")
+    serve.add_argument("--seeds", type=int, nargs="+", default=None)
+    serve.add_argument("--cron", default=None, help="optional cron schedule, e.g. '0 3 * * *'")
+    serve.set_defaults(func=cmd_serve)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    configure()
+    args = build_parser().parse_args(argv)
+    try:
+        return args.func(args)
+    except ParamsError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

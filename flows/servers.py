@@ -1,0 +1,92 @@
+"""Local servers: a persistent Prefect server on 127.0.0.1 and the MLflow UI on the SQLite store."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+from tasks.common.env import repo_root
+
+PREFECT_HOST = "127.0.0.1"
+PREFECT_PORT = int(os.environ.get("REPRO_PREFECT_PORT", "4200"))
+MLFLOW_PORT = int(os.environ.get("REPRO_MLFLOW_PORT", "5000"))
+
+
+def prefect_api_url(port: int = PREFECT_PORT) -> str:
+    return f"http://{PREFECT_HOST}:{port}/api"
+
+
+def _bin(name: str) -> str:
+    """An executable of this environment (the venv's, not whatever is first on PATH)."""
+    candidate = Path(sys.executable).parent / name
+    return str(candidate) if candidate.exists() else name
+
+
+def healthy(url: str, timeout: float = 2.0) -> bool:
+    try:
+        with urllib.request.urlopen(url, timeout=timeout) as response:
+            return response.status == 200
+    except (urllib.error.URLError, OSError):
+        return False
+
+
+def prefect_running(port: int = PREFECT_PORT) -> bool:
+    return healthy(f"{prefect_api_url(port)}/health")
+
+
+def server_env(port: int = PREFECT_PORT) -> dict[str, str]:
+    env = dict(os.environ)
+    env.pop("PREFECT_API_URL", None)  # the server itself must not point at another API
+    # The UI must be told where the API is on any port but the default one.
+    env.setdefault("PREFECT_UI_API_URL", prefect_api_url(port))
+    env["PREFECT_SERVER_API_HOST"] = PREFECT_HOST
+    env["PREFECT_SERVER_API_PORT"] = str(port)
+    return env
+
+
+def start_prefect(port: int = PREFECT_PORT, wait_s: float = 180.0) -> str:
+    """Start ``prefect server`` in the background unless one answers already; return the API URL."""
+    url = prefect_api_url(port)
+    if prefect_running(port):
+        return url
+    log_dir = repo_root() / ".prefect"
+    log_dir.mkdir(parents=True, exist_ok=True)
+    log = open(log_dir / "server.log", "ab")  # noqa: SIM115 - handed to the detached server
+    process = subprocess.Popen([_bin("prefect"), "server", "start", "--host", PREFECT_HOST, "--port", str(port)],
+                               env=server_env(port), stdout=log, stderr=subprocess.STDOUT,
+                               start_new_session=True)
+    (log_dir / "server.pid").write_text(str(process.pid))
+    deadline = time.monotonic() + wait_s
+    while time.monotonic() < deadline:
+        if prefect_running(port):
+            return url
+        if process.poll() is not None:
+            raise RuntimeError(f"prefect server exited with {process.returncode}; see {log_dir / 'server.log'}")
+        time.sleep(1.0)
+    raise TimeoutError(f"prefect server did not answer at {url} within {wait_s:.0f} s")
+
+
+def stop_prefect() -> bool:
+    pid_file = repo_root() / ".prefect" / "server.pid"
+    if not pid_file.exists():
+        return False
+    pid = int(pid_file.read_text())
+    try:
+        os.killpg(pid, 15)
+    except ProcessLookupError:
+        pass
+    pid_file.unlink()
+    return True
+
+
+def mlflow_ui_command(port: int = MLFLOW_PORT) -> list[str]:
+    """``mlflow server`` on loopback over the project's store, artifacts served through it."""
+    uri = os.environ["MLFLOW_TRACKING_URI"]
+    return [_bin("mlflow"), "server", "--backend-store-uri", uri,
+            "--artifacts-destination", (repo_root() / "mlartifacts").as_uri(),
+            "--host", "127.0.0.1", "--port", str(port)]

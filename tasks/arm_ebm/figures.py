@@ -1,0 +1,74 @@
+"""Figures of arm_ebm: KL vs horizon with the 2*T*eps bound, first-token marginals, NLL curves."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from tasks.common.figures import new_figure, save_figure
+
+
+def kl_vs_horizon(results: Sequence[Mapping[str, Any]], path: Path) -> Path:
+    """E4: mean KL(p_R || p_qhat) over draws and seeds against T, one line per eps, with 2*T*eps dashed."""
+    fig, axes = new_figure()
+    ax = axes[0, 0]
+    rows = [row for r in results for row in r["tables"]["e4_kl_vs_T"]]
+    for i, eps in enumerate(sorted({row["eps"] for row in rows})):
+        horizons = sorted({row["T"] for row in rows if row["eps"] == eps})
+        mean = [np.mean([row["mean_kl"] for row in rows if row["eps"] == eps and row["T"] == t]) for t in horizons]
+        line = ax.plot(horizons, mean, marker="o", label=f"eps={eps:g}", color=f"C{i}")[0]
+        ax.plot(horizons, [2 * t * eps for t in horizons], ls="--", color=line.get_color(), alpha=0.6)
+    ax.set_yscale("log")
+    ax.set_xlabel("horizon T")
+    ax.set_ylabel("KL(p_R || p_q̂)  [nats]")
+    ax.set_title("Distillation error vs horizon (dashed: 2Tε, project's bound)")
+    ax.legend()
+    return save_figure(fig, path)
+
+
+def first_token_marginals(results: Sequence[Mapping[str, Any]], path: Path, b: float, c: float) -> Path | None:
+    """E2: p(y_1 | x=0) of the EBM, the exact ARM, GPT-2 and the myopic ARM (first seed)."""
+    marginals = results[0]["tables"].get("first_token_marginals_prompt0")
+    if marginals is None:
+        return None
+    fig, axes = new_figure()
+    ax = axes[0, 0]
+    names = ["ebm", "exact", "gpt2", "myopic"]
+    width = 0.2
+    tokens = np.arange(len(marginals["ebm"]))
+    for i, name in enumerate(names):
+        ax.bar(tokens + (i - 1.5) * width, marginals[name], width=width, label=name)
+    ax.set_xticks(tokens)
+    ax.set_xlabel("first token y_1")
+    ax.set_ylabel("p(y_1 | x=0)")
+    ax.set_title(f"First-token marginals (seed {results[0]['seed']}, b=c={b:g}/{c:g})")
+    ax.legend()
+    return save_figure(fig, path)
+
+
+def nll_curves(results: Sequence[Mapping[str, Any]], path: Path) -> Path | None:
+    """Training curves: GPT-2 ARM vs its entropy floor H(p_R); tabular ARM vs tabular EBM."""
+    first = results[0]
+    if "gpt2_train_nll" not in first["curves"] and "tabular_arm_nll" not in first["curves"]:
+        return None
+    fig, axes = new_figure(ncols=2)
+    ax = axes[0, 0]
+    if "gpt2_train_nll" in first["curves"]:
+        for r in results:
+            ax.plot(r["curves"]["gpt2_train_nll"], alpha=0.7, label=f"GPT-2 seed {r['seed']}")
+        ax.axhline(first["metrics"]["e2_entropy_floor"], color="k", ls=":", label="H(p_R)")
+        ax.set_xlabel("step")
+        ax.set_ylabel("NLL per sequence [nats]")
+        ax.set_title("GPT-2 ARM on exact samples")
+        ax.legend()
+    ax = axes[0, 1]
+    if "tabular_arm_nll" in first["curves"]:
+        ax.plot(first["curves"]["tabular_arm_nll"], label="tabular ARM (teacher forcing)")
+        ax.plot(first["curves"]["tabular_ebm_nll"], ls="--", label="tabular EBM (exact MLE)")
+        ax.set_xlabel("Adam step")
+        ax.set_title(f"Supervised equivalence (seed {first['seed']})")
+        ax.legend()
+    return save_figure(fig, path)

@@ -1,0 +1,135 @@
+"""Prefect tasks shared by every paper flow: the parent MLflow run, per-seed child runs, claims,
+metrics and plot files. Flows compose these with the paper's own tasks."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import polars as pl
+from prefect import task
+from prefect.artifacts import create_markdown_artifact, create_table_artifact
+
+from tasks.common import tracking
+from tasks.common.claims import claims_markdown, evaluate_claims, load_claims, write_claims
+from tasks.common.env import repo_root
+from tasks.common.io import write_json, write_with
+from tasks.common.params import RunSpec
+
+
+@dataclass(frozen=True)
+class PaperPaths:
+    data: Path
+    models: Path
+    reports: Path
+
+    @property
+    def figures(self) -> Path:
+        return self.reports / "figures"
+
+    @property
+    def plots(self) -> Path:
+        return self.reports / "plots"
+
+
+def paper_paths(slug: str, root: Path | None = None) -> PaperPaths:
+    root = root or repo_root()
+    return PaperPaths(root / "data" / slug, root / "models" / slug, root / "reports" / slug)
+
+
+def current_flow_run_id() -> str | None:
+    from prefect.runtime import flow_run
+
+    return str(flow_run.id) if flow_run.id else None
+
+
+@contextlib.contextmanager
+def parent_run(spec: RunSpec, device: str) -> Iterator[str]:
+    """One MLflow parent run per flow run, ended FAILED if the flow raises."""
+    tags = tracking.provenance_tags(spec.profile, spec.seeds, spec.params_hash, device, current_flow_run_id())
+    run_id = tracking.start_run(spec.slug, f"{spec.slug}-{spec.profile}", tags | {"kind": "flow"})
+    status = "FAILED"
+    try:
+        tracking.log_params(run_id, {"profile": spec.profile, "seeds": list(spec.seeds)}
+                            | spec.config.model_dump(mode="json"))
+        yield run_id
+        status = "FINISHED"
+    finally:
+        tracking.end_run(run_id, status)
+
+
+@task(name="log-seed-run")
+def log_seed_run(spec: RunSpec, parent_run_id: str, result: Mapping[str, Any], device: str,
+                 artifacts: Sequence[str] = ()) -> str:
+    """A child run for one seed: its params, final metrics, curves and result files."""
+    seed = int(result["seed"])
+    tags = tracking.provenance_tags(spec.profile, (seed,), spec.params_hash, device, current_flow_run_id())
+    run_id = tracking.start_run(spec.slug, f"seed-{seed}", tags | {"kind": "seed", "seed": str(seed)},
+                                parent_run_id=parent_run_id)
+    try:
+        tracking.log_params(run_id, {"seed": seed} | spec.config.model_dump(mode="json"))
+        tracking.log_metrics(run_id, result["metrics"])
+        for name, values in result.get("curves", {}).items():
+            tracking.log_curve(run_id, name, values)
+        for path in artifacts:
+            tracking.log_artifact(run_id, path)
+    except BaseException:
+        tracking.end_run(run_id, "FAILED")
+        raise
+    tracking.end_run(run_id)
+    return run_id
+
+
+def summarise_metrics(results: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """metrics.json: mean, std and per-seed value of every metric (DVC shows the means)."""
+    names = sorted({k for r in results for k in r["metrics"]})
+    summary: dict[str, Any] = {"mean": {}, "std": {}, "per_seed": {}}
+    for name in names:
+        values = [float(r["metrics"][name]) for r in results if name in r["metrics"]]
+        summary["mean"][name] = float(np.mean(values))
+        summary["std"][name] = float(np.std(values, ddof=1)) if len(values) > 1 else 0.0
+        summary["per_seed"][name] = {str(r["seed"]): float(r["metrics"][name]) for r in results
+                                     if name in r["metrics"]}
+    return summary
+
+
+def write_plot_csv(rows: Sequence[Mapping[str, Any]], path: Path) -> Path:
+    """A DVC plot source (CSV) from row dicts."""
+    frame = pl.DataFrame(list(rows))
+    return write_with(path, lambda tmp: frame.write_csv(tmp))
+
+
+@task(name="publish-claims")
+def publish_claims(spec: RunSpec, parent_run_id: str, results: Sequence[Mapping[str, Any]],
+                   claims_file: str, reports_dir: str, title: str, figures: Sequence[str] = ()) -> list[dict]:
+    """Verdicts over seeds -> claims.json/claims.md/metrics.json, and the same into MLflow and Prefect."""
+    out = Path(reports_dir)
+    rows = evaluate_claims(load_claims(claims_file), {int(r["seed"]): r["metrics"] for r in results},
+                           spec.profile, spec.slug)
+    write_claims(rows, out, title)
+    summary = summarise_metrics(results)
+    write_json(out / "metrics.json", summary["mean"] | {"n_seeds": len(results), "profile": spec.profile})
+    write_json(out / "metrics_per_seed.json", summary)
+    tracking.log_metrics(parent_run_id, {f"mean.{k}": v for k, v in summary["mean"].items()})
+    tracking.log_table(parent_run_id, rows, "claims.json")
+    tracking.log_artifact(parent_run_id, out / "claims.md")
+    tracking.log_artifact(parent_run_id, out / "metrics_per_seed.json")
+    for fig in figures:
+        tracking.log_artifact(parent_run_id, fig, "figures")
+    counts: dict[str, int] = {}
+    for row in rows:
+        counts[row["verdict"]] = counts.get(row["verdict"], 0) + 1
+    tracking.set_tags(parent_run_id, {f"verdicts.{k}": str(v) for k, v in counts.items()})
+    create_table_artifact(
+        key=f"{spec.slug.replace('_', '-')}-claims",
+        table=[{k: (json.dumps(v) if isinstance(v, dict | list) else v) for k, v in row.items()
+                if k in ("id", "claim", "paper_value", "check", "mean", "ci_low", "ci_high", "verdict")}
+               for row in rows],
+        description=f"{spec.slug} claims at profile {spec.profile}")
+    create_markdown_artifact(key=f"{spec.slug.replace('_', '-')}-claims-md", markdown=claims_markdown(rows))
+    return rows
