@@ -1,0 +1,43 @@
+# Two commands on a fresh machine: `make reproduce` and `make test`.
+VENV ?= .venv
+PYTHON ?= python3
+BIN := $(abspath $(VENV))/bin
+export PATH := $(BIN):$(PATH)
+PREFECT_PORT ?= 4200
+
+.PHONY: install reproduce test test-all lint bench clean-outputs
+
+# (Re)install when pyproject.toml changes. torch==2.13.0 resolves to the CPU build on this
+# project's machines; on a GPU machine install the CUDA build of the same version first.
+$(VENV)/.installed: pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	touch $@
+
+install: $(VENV)/.installed
+
+## Full reproduction at the params.yaml profile (cpu by default), cached and resumable by DVC.
+reproduce: install
+	repro server start
+	PREFECT_API_URL=http://127.0.0.1:$(PREFECT_PORT)/api dvc repro
+	@echo
+	@echo "Report:     $(CURDIR)/reports/index.md  (with figures: reports/index.html)"
+	@echo "Prefect UI: http://127.0.0.1:$(PREFECT_PORT)  (server left running; 'repro server stop' stops it)"
+	@echo "MLflow UI:  run 'repro ui', then open http://127.0.0.1:5000"
+
+## Default test suite (excludes slow, gpu and network markers).
+test: install
+	pytest -q
+
+test-all: install
+	pytest -q -m "not gpu and not network"
+
+lint: install
+	ruff check .
+
+bench: install
+	python bench/run_all.py
+
+clean-outputs:
+	rm -rf data models reports/*/figures reports/*/plots mlflow.db mlartifacts .prefect

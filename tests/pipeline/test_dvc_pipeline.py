@@ -1,0 +1,91 @@
+"""`dvc repro` on a copy of the repository at the smoke profile: outputs, no-op re-run, metrics, plots."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+
+import pytest
+import yaml
+
+from tests.conftest import REPO
+from tests.pipeline.helpers import BIN, project_env
+
+pytestmark = pytest.mark.usefixtures("prefect_server")
+
+
+def copy_repository(dest):
+    files = subprocess.run(["git", "ls-files", "-co", "--exclude-standard"], cwd=REPO, capture_output=True,
+                           text=True, check=True).stdout.split()
+    for name in files:
+        src = REPO / name
+        if src.is_file() and not name.startswith(("reports/", "data/", "models/")):
+            (dest / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(src, dest / name)
+    subprocess.run(["git", "init", "-q"], cwd=dest, check=True)
+    subprocess.run(["git", "add", "-A"], cwd=dest, check=True)
+    subprocess.run(["git", "-c", "user.email=t@t", "-c", "user.name=t", "commit", "-qm", "copy"], cwd=dest,
+                   check=True)
+
+
+@pytest.fixture(scope="module")
+def repo_copy(tmp_path_factory):
+    dest = tmp_path_factory.mktemp("dvc") / "repo"
+    dest.mkdir()
+    copy_repository(dest)
+    params = yaml.safe_load((dest / "params.yaml").read_text())
+    params["profile"], params["seeds"] = "smoke", [0, 1]
+    (dest / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
+    env = project_env(dest)
+    env.pop("REPRO_ROOT")  # the copy's own code must find its own root
+    first = subprocess.run([str(BIN / "dvc"), "repro"], cwd=dest, env=env, capture_output=True, text=True,
+                           timeout=900)
+    assert first.returncode == 0, first.stdout[-3000:] + first.stderr[-3000:]
+    return dest, env
+
+
+def dvc(repo, env, *args):
+    return subprocess.run([str(BIN / "dvc"), *args], cwd=repo, env=env, capture_output=True, text=True, timeout=300)
+
+
+def test_repro_writes_reports(repo_copy):
+    repo, _ = repo_copy
+    index = (repo / "reports" / "index.md").read_text()
+    assert "arm_ebm" in index and "reproduced" in index
+    rows = json.loads((repo / "reports" / "arm_ebm" / "claims.json").read_text())
+    assert rows and all(r["profile"] == "smoke" for r in rows)
+    assert (repo / "reports" / "index.html").read_text().count("<img") >= 3
+    assert (repo / "dvc.lock").exists()
+
+
+def test_second_repro_is_a_noop(repo_copy):
+    repo, env = repo_copy
+    before = (repo / "reports" / "arm_ebm" / "claims.json").stat().st_mtime_ns
+    second = dvc(repo, env, "repro")
+    assert second.returncode == 0, second.stderr
+    assert "Running stage" not in second.stdout
+    assert (repo / "reports" / "arm_ebm" / "claims.json").stat().st_mtime_ns == before
+
+
+def test_metrics_and_plots_show(repo_copy):
+    repo, env = repo_copy
+    metrics = dvc(repo, env, "metrics", "show", "--json")
+    assert metrics.returncode == 0, metrics.stderr
+    assert "e1_max_logprob_error" in metrics.stdout
+    plots = dvc(repo, env, "plots", "show", "--json")
+    assert plots.returncode == 0, plots.stderr
+    assert "kl_vs_horizon.csv" in plots.stdout
+
+
+def test_editing_one_paper_param_reruns_only_that_paper(repo_copy):
+    repo, env = repo_copy
+    status = dvc(repo, env, "status", "--json")
+    assert json.loads(status.stdout or "{}") == {}
+
+
+def test_report_stage_depends_on_every_paper():
+    dvc_yaml = yaml.safe_load((REPO / "dvc.yaml").read_text())
+    papers = yaml.safe_load((REPO / "params.yaml").read_text())["papers"]
+    deps = dvc_yaml["stages"]["report"]["deps"]
+    assert all(f"reports/{slug}/claims.json" in deps for slug in papers)

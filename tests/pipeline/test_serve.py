@@ -1,0 +1,54 @@
+"""`repro serve`: deployments per paper flow, triggered through the Prefect API, complete."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+import yaml
+
+from tests.conftest import REPO, make_output_root
+from tests.pipeline.helpers import project_env
+
+pytestmark = pytest.mark.usefixtures("prefect_server")
+
+
+async def _deployment_names() -> set[str]:
+    from prefect import get_client
+
+    async with get_client() as client:
+        deployments = await client.read_deployments()
+        flows = {f.id: f.name for f in await client.read_flows()}
+    return {f"{flows[d.flow_id]}/{d.name}" for d in deployments}
+
+
+def test_serve_deployment_runs_through_the_api(tmp_path):
+    params = yaml.safe_load((REPO / "params.yaml").read_text())
+    root = make_output_root(tmp_path / "project", yaml.safe_dump(params))
+    serve = subprocess.Popen([sys.executable, "-m", "flows.cli", "serve", "--profile", "smoke", "--seeds", "0",
+                              "--cron", "0 3 * * *"], cwd=REPO, env=project_env(root), start_new_session=True,
+                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        deadline = time.monotonic() + 180
+        while "arm_ebm/arm_ebm" not in asyncio.run(_deployment_names()):
+            assert serve.poll() is None, serve.stdout.read()[-3000:]
+            assert time.monotonic() < deadline, "deployments never registered"
+            time.sleep(2)
+        assert "reproduce-all/reproduce-all" in asyncio.run(_deployment_names())
+        from prefect.deployments import run_deployment
+
+        flow_run = run_deployment("arm_ebm/arm_ebm", parameters={"profile": "smoke", "seeds": [0]}, timeout=600)
+        assert flow_run.state.is_completed(), flow_run.state
+    finally:
+        os.killpg(serve.pid, signal.SIGTERM)
+        serve.wait(timeout=60)
+    from tasks.common.tracking import find_runs
+
+    runs = find_runs("arm_ebm", f"tags.prefect_flow_run_id = '{flow_run.id}'")
+    assert len(runs) == 1 and runs[0].info.status == "FINISHED"
+    assert (root / "reports" / "arm_ebm" / "claims.json").exists()

@@ -1,0 +1,36 @@
+"""Atomic writes and source hashing."""
+
+from __future__ import annotations
+
+import pytest
+
+from tasks.common.io import atomic_path, read_json, write_json
+from tasks.common.provenance import hash_sources
+
+
+def test_atomic_write_replaces_whole_file(tmp_path):
+    target = tmp_path / "out" / "m.json"
+    write_json(target, {"a": 1})
+    assert read_json(target) == {"a": 1}
+    write_json(target, {"a": 2})
+    assert read_json(target) == {"a": 2}
+    assert [p.name for p in target.parent.iterdir()] == ["m.json"]
+
+
+def test_failed_write_leaves_old_file_and_no_partial(tmp_path):
+    target = tmp_path / "m.json"
+    write_json(target, {"a": 1})
+    with pytest.raises(RuntimeError):
+        with atomic_path(target) as tmp:
+            tmp.write_text('{"a": ')  # half-written content, then the writer dies
+            raise RuntimeError("killed")
+    assert read_json(target) == {"a": 1}
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["m.json"]
+
+
+def test_hash_sources_tracks_content(tmp_path):
+    (tmp_path / "a.py").write_text("x = 1\n")
+    first = hash_sources(tmp_path)
+    assert hash_sources(tmp_path) == first
+    (tmp_path / "a.py").write_text("x = 2\n")
+    assert hash_sources(tmp_path) != first
