@@ -8,6 +8,7 @@ from typing import Literal
 from prefect import flow, task
 from prefect.artifacts import create_progress_artifact, update_progress_artifact
 from prefect.cache_policies import INPUTS, TASK_SOURCE
+from prefect.futures import as_completed
 from prefect.task_runners import ThreadPoolTaskRunner
 
 from tasks.arm_ebm import experiment, figures
@@ -30,9 +31,7 @@ def prepare_data(spec: RunSpec, data_dir: str) -> list[str]:
 # miss a change in method.py): a killed run restarted skips the seeds already finished.
 @task(name="run-seed", cache_policy=INPUTS + TASK_SOURCE, persist_result=True)
 def run_seed(config, seed: int, data_dir: str, model_dir: str, device: str, code_version: str) -> dict:
-    result = experiment.run_seed(config, seed, Path(data_dir), Path(model_dir), device)
-    experiment.save_seed_result(result, Path(model_dir))
-    return result
+    return experiment.run_seed(config, seed, Path(data_dir), Path(model_dir), device)
 
 
 @task(name="make-figures")
@@ -75,10 +74,16 @@ def arm_ebm(profile: str | None = None, seeds: list[int] | None = None,
             futures.append(run_seed.with_options(refresh_cache=missing).submit(
                 spec.config, seed, str(paths.data), str(paths.models), device, code_version))
         results = []
-        for done, future in enumerate(futures, start=1):
-            results.append(future.result())
+        for done, future in enumerate(as_completed(futures), start=1):
+            result = future.result()
+            # The marker is written only once Prefect has persisted the cached result, so a seed
+            # with a marker is always a cache hit after a kill.
+            if experiment.load_seed_result(paths.models, result["seed"]) is None:
+                experiment.save_seed_result(result, paths.models)
+            results.append(result)
             update_progress_artifact(progress, 100.0 * done / len(futures))
-            print(f"[{SLUG}] seed {results[-1]['seed']} done ({done}/{len(futures)})")
+            print(f"[{SLUG}] seed {result['seed']} done ({done}/{len(futures)})")
+        results.sort(key=lambda r: r["seed"])
         for result in results:
             seed_dir = paths.models / f"seed{result['seed']}"
             log_seed_run(spec, parent_id, result, device, [str(seed_dir / "result.json")])

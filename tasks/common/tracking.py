@@ -21,10 +21,36 @@ from tasks.common.provenance import git_state, package_versions
 PARENT_TAG = "mlflow.parentRunId"
 
 
+_READY_STORES: set[str] = set()
+
+
+def _ensure_store(uri: str) -> None:
+    """Create a SQLite store's tables under a file lock, once per process.
+
+    Two flows starting at once on a fresh store would otherwise both run MLflow's schema
+    migrations and one of them fails.
+    """
+    if uri in _READY_STORES or not uri.startswith("sqlite:///"):
+        return
+    import fcntl
+
+    from mlflow.tracking import MlflowClient
+
+    db_path = Path(uri.removeprefix("sqlite:///"))
+    db_path.parent.mkdir(parents=True, exist_ok=True)
+    with open(db_path.with_name(db_path.name + ".lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        MlflowClient(tracking_uri=uri).search_experiments(max_results=1)
+        fcntl.flock(lock, fcntl.LOCK_UN)
+    _READY_STORES.add(uri)
+
+
 def _client():
     from mlflow.tracking import MlflowClient
 
-    return MlflowClient(tracking_uri=os.environ.get("MLFLOW_TRACKING_URI"))
+    uri = os.environ.get("MLFLOW_TRACKING_URI", "")
+    _ensure_store(uri)
+    return MlflowClient(tracking_uri=uri or None)
 
 
 def artifact_location(slug: str) -> str | None:
