@@ -31,7 +31,8 @@ def test_resolve_overrides_and_hash(output_root):
     [
         (lambda p: p["arm_ebm"]["cpu"]["toy"].update(extra_knob=1), r"arm_ebm\.cpu\.toy\.extra_knob: unknown key"),
         (lambda p: p["arm_ebm"]["cpu"]["toy"].update(vocab_size="five"), r"arm_ebm\.cpu\.toy\.vocab_size: .*integer"),
-        (lambda p: p["arm_ebm"]["cpu"]["gpt2"].update(n_layer=0), r"arm_ebm\.cpu\.gpt2\.n_layer: .*greater than or equal to 1"),
+        (lambda p: p["arm_ebm"]["cpu"]["gpt2"].update(n_layer=0),
+         r"arm_ebm\.cpu\.gpt2\.n_layer: .*greater than or equal to 1"),
         (lambda p: p.update(profile="huge"), r"profile: must be one of smoke\|cpu\|paper, got 'huge'"),
         (lambda p: p["arm_ebm"].update(gpu={}), r"arm_ebm\.gpu: unknown profile"),
         (lambda p: p.update(seeds=[0, 0]), r"seeds: seeds must be distinct"),
