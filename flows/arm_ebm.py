@@ -19,7 +19,9 @@ from tasks.common.provenance import hash_sources
 from tasks.common.steps import log_seed_run, paper_paths, parent_run, publish_claims, write_plot_csv
 
 SLUG = "arm_ebm"
-WORKERS = 2
+# Three seeds run at once even on 2 cores: each trains with one torch thread, and a third worker
+# beats leaving a core idle while the last seed runs alone.
+WORKERS = 3
 
 
 @task(name="prepare-data")
@@ -31,7 +33,13 @@ def prepare_data(spec: RunSpec, data_dir: str) -> list[str]:
 # miss a change in method.py): a killed run restarted skips the seeds already finished.
 @task(name="run-seed", cache_policy=INPUTS + TASK_SOURCE, persist_result=True)
 def run_seed(config, seed: int, data_dir: str, model_dir: str, device: str, code_version: str) -> dict:
-    return experiment.run_seed(config, seed, Path(data_dir), Path(model_dir), device)
+    artifact = create_progress_artifact(0.0, description=f"{SLUG}: GPT-2 training of seed {seed}")
+
+    def progress(fraction: float, message: str) -> None:
+        update_progress_artifact(artifact, 100.0 * fraction)
+        print(f"[{SLUG}] {message}", flush=True)
+
+    return experiment.run_seed(config, seed, Path(data_dir), Path(model_dir), device, progress)
 
 
 @task(name="make-figures")

@@ -27,11 +27,11 @@ def test_one_hot_sequences_layout():
 
 def test_neural_ebm_fits_a_small_target_and_untrained_does_not():
     target = small_target()
-    fitted, curve = method.fit_neural_ebm(target, 2, 3, hidden=32, steps=400, lr=1e-2, seed=0)
+    fitted, curve = method.fit_neural_ebm(target, 2, 3, hidden=32, steps=800, lr=1e-2, seed=0)
     assert method.kl_divergence(target, fitted).max() < 1e-3
     assert curve[-1] < curve[0]
     untrained, _ = method.fit_neural_ebm(target, 2, 3, hidden=32, steps=0, lr=1e-2, seed=0)
-    assert method.kl_divergence(target, untrained).max() > 0.05
+    assert method.kl_divergence(target, untrained).max() > 0.5
 
 
 def test_shift_invariant_logit_error_exact_values():
