@@ -28,6 +28,8 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from tasks.common.seeding import torch_init_seed
+
 Tables = list[np.ndarray]
 
 # ----------------------------------------------------------------------------------------------------
@@ -540,13 +542,13 @@ def fit_neural_ebm(target_logp: np.ndarray, vocab_size: int, horizon: int, hidde
     """
     target_logp = np.asarray(target_logp, dtype=np.float64)
     n_prompts = target_logp.shape[0]
-    torch.manual_seed(seed)
     inputs = one_hot_sequences(n_prompts, vocab_size, horizon)
-    energy_net = torch.nn.Sequential(
-        torch.nn.Linear(inputs.shape[1], hidden), torch.nn.SiLU(),
-        torch.nn.Linear(hidden, hidden), torch.nn.SiLU(),
-        torch.nn.Linear(hidden, 1),
-    )
+    with torch_init_seed(seed):  # parallel seeds share torch's global generator
+        energy_net = torch.nn.Sequential(
+            torch.nn.Linear(inputs.shape[1], hidden), torch.nn.SiLU(),
+            torch.nn.Linear(hidden, hidden), torch.nn.SiLU(),
+            torch.nn.Linear(hidden, 1),
+        )
     weights = torch.as_tensor(np.exp(target_logp), dtype=torch.float32)
     optimizer = torch.optim.Adam(energy_net.parameters(), lr=lr)
     schedule = torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, T_max=max(1, steps))

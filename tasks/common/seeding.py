@@ -1,26 +1,38 @@
-"""Seeding of every random source a run touches (python, numpy, torch)."""
+"""Seeding of every random source a run touches (python, numpy, torch).
+
+Seeds of one paper run on parallel threads, and torch's default generator is process-wide:
+module initialisation (``nn.Linear`` draws from it) must therefore happen under
+``torch_init_seed``, which holds a lock and restores the global generator afterwards. Everything
+else draws from explicit ``numpy.random.Generator`` / ``torch.Generator`` objects.
+"""
 
 from __future__ import annotations
 
-import os
+import contextlib
 import random
+import threading
+from collections.abc import Iterator
 
 import numpy as np
 
+_TORCH_INIT_LOCK = threading.Lock()
+
 
 def seed_everything(seed: int) -> np.random.Generator:
-    """Seed python, numpy and torch; return a numpy Generator for explicit use.
-
-    Torch is seeded only when it is already importable, so pure-numpy callers stay light.
-    """
+    """Seed python, numpy and torch globally (single-threaded entry points); return a Generator."""
     random.seed(seed)
     np.random.seed(seed % (2**32))
-    os.environ["PYTHONHASHSEED"] = str(seed)
-    try:
-        import torch
-    except ImportError:  # pragma: no cover - torch is a hard dependency of the project
-        pass
-    else:
-        torch.manual_seed(seed)
-        torch.use_deterministic_algorithms(True, warn_only=True)
+    import torch
+
+    torch.manual_seed(seed)
     return np.random.default_rng(seed)
+
+
+@contextlib.contextmanager
+def torch_init_seed(seed: int) -> Iterator[None]:
+    """Thread-safe seeded block for code that draws from torch's global generator (module init)."""
+    import torch
+
+    with _TORCH_INIT_LOCK, torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        yield

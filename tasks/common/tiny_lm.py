@@ -15,6 +15,8 @@ from pathlib import Path
 import torch
 from transformers import GPT2Config, GPT2LMHeadModel
 
+from tasks.common.seeding import torch_init_seed
+
 
 def tiny_gpt2_config(vocab_size: int, n_positions: int, n_layer: int = 2, n_head: int = 2,
                      n_embd: int = 32, dropout: float = 0.0) -> GPT2Config:
@@ -25,12 +27,10 @@ def tiny_gpt2_config(vocab_size: int, n_positions: int, n_layer: int = 2, n_head
 
 
 def build_tiny_gpt2(config: GPT2Config, seed: int, dtype: torch.dtype = torch.float32) -> GPT2LMHeadModel:
-    """Randomly initialised model, reproducible from ``seed``."""
-    generator_state = torch.random.get_rng_state()
-    torch.manual_seed(seed)
-    model = GPT2LMHeadModel(config).to(dtype)
-    torch.random.set_rng_state(generator_state)
-    return model
+    """Randomly initialised model, reproducible from ``seed`` even when seeds build on parallel threads."""
+    with torch_init_seed(seed):
+        model = GPT2LMHeadModel(config)
+    return model.to(dtype)
 
 
 def count_parameters(model: torch.nn.Module) -> int:

@@ -77,6 +77,14 @@ def test_same_seed_gives_identical_metrics(tmp_path):
     experiment.write_data(spec.config, (1,), tmp_path / "data")
     other = experiment.run_seed(spec.config, 1, tmp_path / "data", tmp_path / "m3")
     assert strip(other) != strip(first)
+    # Seeds run on parallel threads in the flow: the results must not depend on the interleaving.
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        threaded = list(pool.map(lambda s: experiment.run_seed(spec.config, s, tmp_path / "data",
+                                                               tmp_path / f"t{s}"), [0, 1]))
+    assert strip(threaded[0]) == strip(first)
+    assert strip(threaded[1]) == strip(other)
 
 
 def test_two_flows_share_one_mlflow_store(tmp_path):
