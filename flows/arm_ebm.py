@@ -57,7 +57,7 @@ def make_figures(spec: RunSpec, results: list[dict], figures_dir: str, plots_dir
     return [str(p) for p in made if p is not None]
 
 
-@flow(name="arm_ebm", task_runner=ThreadPoolTaskRunner(max_workers=WORKERS), log_prints=True)
+@flow(name="arm_ebm", task_runner=ThreadPoolTaskRunner(max_workers=WORKERS))
 def arm_ebm(profile: str | None = None, seeds: list[int] | None = None,
             phase: Literal["data", "run", "all"] = "all") -> dict:
     """ARMs are secretly EBMs: bijection, soft Bellman, supervised equivalence, lookahead, distillation."""
