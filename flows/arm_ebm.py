@@ -15,10 +15,14 @@ from tasks.arm_ebm import experiment, figures
 from tasks.common.devices import pick_device
 from tasks.common.env import configure, repo_root
 from tasks.common.params import RunSpec, resolve_run
-from tasks.common.provenance import hash_sources
+from tasks.common.provenance import hash_files
 from tasks.common.steps import log_seed_run, paper_paths, parent_run, publish_claims, write_plot_csv
 
 SLUG = "arm_ebm"
+# The code a seed's result depends on: its hash is part of the cache key of run-seed (figures,
+# reports and flows can change without recomputing the seeds).
+SEED_CODE = [f"tasks/{SLUG}/{name}.py" for name in ("method", "experiment", "data", "config")] + [
+    f"tasks/common/{name}.py" for name in ("tiny_lm", "seeding", "params", "io", "devices")]
 # Three seeds run at once even on 2 cores: each trains with one torch thread, and a third worker
 # beats leaving a core idle while the last seed runs alone.
 WORKERS = 3
@@ -72,7 +76,7 @@ def arm_ebm(profile: str | None = None, seeds: list[int] | None = None,
     import torch
 
     torch.set_num_threads(experiment.torch_threads_per_worker(min(WORKERS, len(spec.seeds))))
-    code_version = hash_sources(repo_root() / "tasks" / SLUG, repo_root() / "tasks" / "common")
+    code_version = hash_files(SEED_CODE)
     progress = create_progress_artifact(0.0, description=f"{SLUG}: seeds finished")
     with parent_run(spec, device) as parent_id:
         futures = []

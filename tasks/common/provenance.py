@@ -39,15 +39,15 @@ def package_versions(names: Iterable[str] = TRACKED_PACKAGES) -> dict[str, str]:
     return versions
 
 
-def hash_sources(*folders: Path) -> str:
-    """Content hash of the ``*.py`` files under the folders: the code version of a cached task.
+def hash_files(relative_paths: Iterable[str], root: Path | None = None) -> str:
+    """Content hash of the listed files (relative to the repo root): the code version of a cached task.
 
     Prefect's TASK_SOURCE hashes only the task function; a change in ``method.py`` must also
     invalidate a cached training result, so cache keys include this hash.
     """
+    root = root or repo_root()
     digest = hashlib.sha256()
-    for folder in folders:
-        for file in sorted(Path(folder).rglob("*.py")):
-            digest.update(file.relative_to(folder).as_posix().encode())
-            digest.update(file.read_bytes())
+    for name in sorted(relative_paths):
+        digest.update(name.encode())
+        digest.update((root / name).read_bytes())
     return digest.hexdigest()[:16]

@@ -49,6 +49,6 @@ def test_serve_deployment_runs_through_the_api(tmp_path):
         serve.wait(timeout=60)
     from tasks.common.tracking import find_runs
 
-    runs = find_runs("arm_ebm", f"tags.prefect_flow_run_id = '{flow_run.id}'")
+    runs = find_runs("arm_ebm", f"tags.prefect_flow_run_id = '{flow_run.id}' and tags.kind = 'flow'")
     assert len(runs) == 1 and runs[0].info.status == "FINISHED"
     assert (root / "reports" / "arm_ebm" / "claims.json").exists()

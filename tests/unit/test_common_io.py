@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from tasks.common.io import atomic_path, read_json, write_json
-from tasks.common.provenance import hash_sources
+from tasks.common.provenance import hash_files
 
 
 def test_atomic_write_replaces_whole_file(tmp_path):
@@ -28,9 +28,11 @@ def test_failed_write_leaves_old_file_and_no_partial(tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["m.json"]
 
 
-def test_hash_sources_tracks_content(tmp_path):
+def test_hash_files_tracks_content_and_names(tmp_path):
     (tmp_path / "a.py").write_text("x = 1\n")
-    first = hash_sources(tmp_path)
-    assert hash_sources(tmp_path) == first
+    (tmp_path / "b.py").write_text("x = 1\n")
+    first = hash_files(["a.py"], tmp_path)
+    assert hash_files(["a.py"], tmp_path) == first
+    assert hash_files(["b.py"], tmp_path) != first  # same content, other file
     (tmp_path / "a.py").write_text("x = 2\n")
-    assert hash_sources(tmp_path) != first
+    assert hash_files(["a.py"], tmp_path) != first
