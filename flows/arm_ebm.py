@@ -98,7 +98,8 @@ def arm_ebm(profile: str | None = None, seeds: list[int] | None = None,
         results.sort(key=lambda r: r["seed"])
         for result in results:
             seed_dir = paths.models / f"seed{result['seed']}"
-            log_seed_run(spec, parent_id, result, device, [str(seed_dir / "result.json")])
+            inputs = [str(p) for p in sorted(paths.data.glob(f"*_seed{result['seed']}.parquet"))]
+            log_seed_run(spec, parent_id, result, device, [str(seed_dir / "result.json")], inputs)
         made = make_figures(spec, results, str(paths.figures), str(paths.plots))
         rows = publish_claims(spec, parent_id, results, str(repo_root() / "tasks" / SLUG / "claims.yaml"),
                               str(paths.reports), "arm_ebm: Autoregressive LMs are secretly EBMs", made)

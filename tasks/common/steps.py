@@ -65,8 +65,9 @@ def parent_run(spec: RunSpec, device: str) -> Iterator[str]:
 
 @task(name="log-seed-run")
 def log_seed_run(spec: RunSpec, parent_run_id: str, result: Mapping[str, Any], device: str,
-                 artifacts: Sequence[str] = ()) -> str:
-    """A child run for one seed: its params, final metrics, curves and result files."""
+                 artifacts: Sequence[str] = (), datasets: Sequence[str] = ()) -> str:
+    """A child run for one seed: its params, final metrics, curves, result files and input datasets
+    (parquet files, logged as MLflow dataset inputs)."""
     seed = int(result["seed"])
     tags = tracking.provenance_tags(spec.profile, (seed,), spec.params_hash, device, current_flow_run_id())
     run_id = tracking.start_run(spec.slug, f"seed-{seed}", tags | {"kind": "seed", "seed": str(seed)},
@@ -78,6 +79,8 @@ def log_seed_run(spec: RunSpec, parent_run_id: str, result: Mapping[str, Any], d
             tracking.log_curve(run_id, name, values)
         for path in artifacts:
             tracking.log_artifact(run_id, path)
+        for path in datasets:
+            tracking.log_dataset(run_id, path, context="training")
     except BaseException:
         tracking.end_run(run_id, "FAILED")
         raise

@@ -193,14 +193,16 @@ def log_dict(run_id: str, obj: Any, artifact_file: str) -> None:
         log_artifact(run_id, path, None if parent == "." else parent)
 
 
-def log_dataset(run_id: str, frame: Any, name: str, context: str) -> None:
-    """Record a polars DataFrame as a run input (MLflow's dataset tracking)."""
+def log_dataset(run_id: str, path: str | Path, context: str) -> None:
+    """Record a parquet file as a run input (MLflow dataset tracking: name, digest, schema, source)."""
     import mlflow.data
+    import polars as pl
     from mlflow.entities import DatasetInput, InputTag
 
-    dataset = mlflow.data.from_polars(frame, name=name)
-    _retry(_client().log_inputs, run_id,
-           datasets=[DatasetInput(dataset._to_mlflow_entity(), tags=[InputTag("mlflow.data.context", context)])])
+    path = Path(path)
+    dataset = mlflow.data.from_polars(pl.read_parquet(path), source=path.resolve().as_uri(), name=path.stem)
+    entity = DatasetInput(dataset._to_mlflow_entity(), tags=[InputTag("mlflow.data.context", context)])
+    _retry(_client().log_inputs, run_id, datasets=[entity])
 
 
 def find_runs(slug: str, filter_string: str = "") -> list[Any]:
