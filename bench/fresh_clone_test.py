@@ -5,13 +5,16 @@
 
 from __future__ import annotations
 
-import json
 import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "bench"))
+
+from results_io import write_result  # noqa: E402
 
 
 def main() -> None:
@@ -27,10 +30,7 @@ def main() -> None:
     result = {"install_s": round(install_s), "make_test_total_s": round(total_s),
               "suite_s": round(total_s - install_s), "returncode": [install.returncode, test.returncode],
               "summary": tail}
-    out = REPO / "bench" / "results" / "fresh_clone_test.json"
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(result, indent=2))
-    print(json.dumps(result))
+    write_result("fresh_clone_test", result)
 
 
 if __name__ == "__main__":

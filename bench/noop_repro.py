@@ -5,7 +5,6 @@
 
 from __future__ import annotations
 
-import json
 import statistics
 import subprocess
 import sys
@@ -13,6 +12,9 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "bench"))
+
+from results_io import write_result  # noqa: E402
 
 
 def main() -> None:
@@ -25,10 +27,7 @@ def main() -> None:
         if "Running stage" in out:
             raise SystemExit("dvc repro was not a no-op: run `make reproduce` first\n" + out)
     result = {"noop_dvc_repro_s": round(statistics.median(times), 2), "runs": [round(t, 2) for t in times]}
-    out_file = REPO / "bench" / "results" / "noop_repro.json"
-    out_file.parent.mkdir(parents=True, exist_ok=True)
-    out_file.write_text(json.dumps(result, indent=2))
-    print(json.dumps(result))
+    write_result("noop_repro", result)
 
 
 if __name__ == "__main__":

@@ -10,7 +10,6 @@ embedded Prefect server (its start-up is part of the overhead) or PREFECT_API_UR
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import subprocess
 import sys
@@ -21,6 +20,9 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "bench"))
+
+from results_io import write_result  # noqa: E402
 
 
 def direct(profile: str, seeds: list[int], root: Path) -> float:
@@ -32,8 +34,10 @@ def direct(profile: str, seeds: list[int], root: Path) -> float:
     spec = resolve_run("arm_ebm", profile, seeds, REPO / "params.yaml")
     start = time.perf_counter()
     experiment.write_data(spec.config, spec.seeds, root / "data")
-    torch.set_num_threads(experiment.torch_threads_per_worker(min(2, len(seeds))))
-    with ThreadPoolExecutor(max_workers=2) as pool:
+    from flows.arm_ebm import WORKERS  # the same parallelism as the flow
+
+    torch.set_num_threads(experiment.torch_threads_per_worker(min(WORKERS, len(seeds))))
+    with ThreadPoolExecutor(max_workers=WORKERS) as pool:
         list(pool.map(lambda s: experiment.run_seed(spec.config, s, root / "data", root / "models"), spec.seeds))
     return time.perf_counter() - start
 
@@ -57,14 +61,12 @@ def main() -> None:
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         flow_s = orchestrated(args.profile, args.seeds, Path(tmp) / "flow")
+        print(f"through Prefect + MLflow: {flow_s:.1f} s", flush=True)
         direct_s = direct(args.profile, args.seeds, Path(tmp) / "direct")
     result = {"profile": args.profile, "seeds": args.seeds, "direct_s": round(direct_s, 1),
               "prefect_mlflow_s": round(flow_s, 1), "ratio": round(flow_s / direct_s, 3),
               "api": os.environ.get("PREFECT_API_URL", "embedded server")}
-    out = REPO / "bench" / "results" / f"overhead_{args.profile}.json"
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(result, indent=2))
-    print(json.dumps(result))
+    write_result(f"overhead_{args.profile}", result)
 
 
 if __name__ == "__main__":
