@@ -64,6 +64,11 @@ def cmd_ui(args: argparse.Namespace) -> int:
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
+    from tasks.common.params import validate_profile, validate_seeds
+
+    validate_profile(args.profile, key="--profile")
+    if args.seeds is not None:
+        validate_seeds(args.seeds, key="--seeds")
     from flows.serve import serve_all
 
     serve_all(profile=args.profile, seeds=args.seeds, cron=args.cron)
