@@ -182,7 +182,8 @@ def test_myopic_matches_brief_reference_numbers() -> None:
     local, total = m.toy_ebm_rewards(m.ToyEBMSpec(vocab_size=5, horizon=6, n_prompts=8))
     logp = m.ebm_log_probs(m.sequence_energy(total))
     logp_myopic = m.arm_log_probs(m.myopic_arm(total))
-    assert 1.0 < np.mean(m.kl_divergence(logp, logp_myopic)) < 1.25
+    kl_myopic = np.mean(m.kl_divergence(logp, logp_myopic))
+    assert kl_myopic > 1.0 and kl_myopic < 1.25
     assert 0.13 < np.mean(m.first_token_tv(logp, logp_myopic, 5)) < 0.17
     # A model that never sees the global terms is further off, with the same first-token marginal.
     logp_local = m.arm_log_probs(m.myopic_arm(local))
