@@ -9,23 +9,10 @@ else draws from explicit ``numpy.random.Generator`` / ``torch.Generator`` object
 from __future__ import annotations
 
 import contextlib
-import random
 import threading
 from collections.abc import Iterator
 
-import numpy as np
-
 _TORCH_INIT_LOCK = threading.Lock()
-
-
-def seed_everything(seed: int) -> np.random.Generator:
-    """Seed python, numpy and torch globally (single-threaded entry points); return a Generator."""
-    random.seed(seed)
-    np.random.seed(seed % (2**32))
-    import torch
-
-    torch.manual_seed(seed)
-    return np.random.default_rng(seed)
 
 
 @contextlib.contextmanager

@@ -17,6 +17,7 @@ from prefect.artifacts import create_markdown_artifact, create_table_artifact
 
 from tasks.common import tracking
 from tasks.common.claims import claims_markdown, evaluate_claims, load_claims, write_claims
+from tasks.common.devices import describe_device
 from tasks.common.env import repo_root
 from tasks.common.io import write_json, write_with
 from tasks.common.params import RunSpec
@@ -51,7 +52,8 @@ def current_flow_run_id() -> str | None:
 @contextlib.contextmanager
 def parent_run(spec: RunSpec, device: str) -> Iterator[str]:
     """One MLflow parent run per flow run, ended FAILED if the flow raises."""
-    tags = tracking.provenance_tags(spec.profile, spec.seeds, spec.params_hash, device, current_flow_run_id())
+    tags = tracking.provenance_tags(spec.profile, spec.seeds, spec.params_hash, describe_device(device),
+                                    current_flow_run_id())
     run_id = tracking.start_run(spec.slug, f"{spec.slug}-{spec.profile}", tags | {"kind": "flow"})
     status = "FAILED"
     try:
@@ -69,7 +71,8 @@ def log_seed_run(spec: RunSpec, parent_run_id: str, result: Mapping[str, Any], d
     """A child run for one seed: its params, final metrics, curves, result files and input datasets
     (parquet files, logged as MLflow dataset inputs)."""
     seed = int(result["seed"])
-    tags = tracking.provenance_tags(spec.profile, (seed,), spec.params_hash, device, current_flow_run_id())
+    tags = tracking.provenance_tags(spec.profile, (seed,), spec.params_hash, describe_device(device),
+                                    current_flow_run_id())
     run_id = tracking.start_run(spec.slug, f"seed-{seed}", tags | {"kind": "seed", "seed": str(seed)},
                                 parent_run_id=parent_run_id)
     try:

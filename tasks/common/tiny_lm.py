@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 import shutil
 import tempfile
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
@@ -100,7 +100,3 @@ def save_model(model: GPT2LMHeadModel, directory: str | Path) -> Path:
 
 def load_model(directory: str | Path, dtype: torch.dtype = torch.float32) -> GPT2LMHeadModel:
     return GPT2LMHeadModel.from_pretrained(str(directory), dtype=dtype).eval()
-
-
-def stack_sequences(rows: Sequence[Sequence[int]]) -> torch.Tensor:
-    return torch.as_tensor(rows, dtype=torch.long)

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 import time
 from collections.abc import Mapping
 from pathlib import Path
@@ -183,14 +182,6 @@ def log_table(run_id: str, rows: list[Mapping[str, Any]], artifact_file: str) ->
             value = row.get(key)
             columns[key].append(json.dumps(value) if isinstance(value, dict | list) else value)
     _retry(_client().log_table, run_id, data=columns, artifact_file=artifact_file)
-
-
-def log_dict(run_id: str, obj: Any, artifact_file: str) -> None:
-    with tempfile.TemporaryDirectory() as tmp:
-        path = Path(tmp) / Path(artifact_file).name
-        path.write_text(json.dumps(obj, indent=2, default=str))
-        parent = str(Path(artifact_file).parent)
-        log_artifact(run_id, path, None if parent == "." else parent)
 
 
 def log_dataset(run_id: str, path: str | Path, context: str) -> None:
