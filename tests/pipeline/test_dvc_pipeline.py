@@ -78,7 +78,7 @@ def test_metrics_and_plots_show(repo_copy):
     assert "kl_vs_horizon.csv" in plots.stdout
 
 
-def test_editing_one_paper_param_reruns_only_that_paper(repo_copy):
+def test_status_is_clean_after_repro(repo_copy):
     repo, env = repo_copy
     status = dvc(repo, env, "status", "--json")
     assert json.loads(status.stdout or "{}") == {}
@@ -89,3 +89,31 @@ def test_report_stage_depends_on_every_paper():
     papers = yaml.safe_load((REPO / "params.yaml").read_text())["papers"]
     deps = dvc_yaml["stages"]["report"]["deps"]
     assert all(f"reports/{slug}/claims.json" in deps for slug in papers)
+
+
+def test_push_then_pull_on_a_fresh_clone_restores_without_recompute(repo_copy, tmp_path):
+    """`dvc push` to a directory remote; a fresh clone pulls data, models and reports and is up to
+    date (`dvc status` clean, `dvc repro` runs nothing)."""
+    repo, env = repo_copy
+    remote = tmp_path / "remote"
+    # The default remote (`.dvc-remote` in the checkout) is overridden per clone with --local.
+    assert dvc(repo, env, "remote", "modify", "--local", "local", "url", str(remote)).returncode == 0
+    pushed = dvc(repo, env, "push")
+    assert pushed.returncode == 0, pushed.stderr
+    assert any(remote.rglob("*")), "nothing was pushed"
+    subprocess.run(["git", "add", "-A"], cwd=repo, check=True)
+    subprocess.run(["git", "-c", "user.email=t@t", "-c", "user.name=t", "commit", "-qm", "results"], cwd=repo,
+                   check=True)
+    clone = tmp_path / "clone"
+    subprocess.run(["git", "clone", "-q", str(repo), str(clone)], check=True)
+    assert not (clone / "models" / "arm_ebm").exists()
+    assert dvc(clone, env, "remote", "modify", "--local", "local", "url", str(remote)).returncode == 0
+    pulled = dvc(clone, env, "pull")
+    assert pulled.returncode == 0, pulled.stderr
+    for path in ("data/arm_ebm/toy_seed0.parquet", "models/arm_ebm/seed1/result.json",
+                 "reports/arm_ebm/figures/kl_vs_horizon.png", "reports/index.html"):
+        assert (clone / path).read_bytes() == (repo / path).read_bytes(), path
+    status = dvc(clone, env, "status", "--json")
+    assert json.loads(status.stdout or "{}") == {}, status.stdout
+    again = dvc(clone, env, "repro")
+    assert again.returncode == 0 and "Running stage" not in again.stdout, again.stdout
