@@ -75,6 +75,20 @@ def cmd_serve(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_deploy(args: argparse.Namespace) -> int:
+    from tasks.common.params import validate_profile, validate_seeds
+
+    validate_profile(args.profile, key="--profile")
+    if args.seeds is not None:
+        validate_seeds(args.seeds, key="--seeds")
+    from flows.deploy import deploy_all
+
+    ids = deploy_all(args.pool, args.profile, args.seeds, args.cron)
+    print(f"{len(ids)} deployments on work pool {args.pool!r}; start a worker with:\n"
+          f"  prefect worker start --pool {args.pool}")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="repro", description="Reproduce the claims of ICML 2026 papers.",
                                      epilog=UI_HINT, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -98,6 +112,12 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--seeds", type=int, nargs="+", default=None)
     serve.add_argument("--cron", default=None, help="optional cron schedule, e.g. '0 3 * * *'")
     serve.set_defaults(func=cmd_serve)
+    deploy = sub.add_parser("deploy", help="deployments on a Prefect process work pool (run by workers)")
+    deploy.add_argument("--pool", default="repro-process")
+    deploy.add_argument("--profile", default="smoke")
+    deploy.add_argument("--seeds", type=int, nargs="+", default=None)
+    deploy.add_argument("--cron", default=None)
+    deploy.set_defaults(func=cmd_deploy)
     return parser
 
 
