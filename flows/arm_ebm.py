@@ -82,7 +82,7 @@ def arm_ebm(profile: str | None = None, seeds: list[int] | None = None,
         futures = []
         for seed in spec.seeds:
             # A cached result whose files were deleted is recomputed rather than trusted.
-            missing = not (paths.models / f"seed{seed}" / "result.json").exists()
+            missing = not experiment.seed_result_path(paths.models, seed).exists()
             futures.append(run_seed.with_options(refresh_cache=missing).submit(
                 spec.config, seed, str(paths.data), str(paths.models), device, code_version))
         results = []
@@ -90,16 +90,16 @@ def arm_ebm(profile: str | None = None, seeds: list[int] | None = None,
             result = future.result()
             # The marker is written only once Prefect has persisted the cached result, so a seed
             # with a marker is always a cache hit after a kill.
-            if experiment.load_seed_result(paths.models, result["seed"]) is None:
+            if not experiment.seed_result_path(paths.models, result["seed"]).exists():
                 experiment.save_seed_result(result, paths.models)
             results.append(result)
             update_progress_artifact(progress, 100.0 * done / len(futures))
             print(f"[{SLUG}] seed {result['seed']} done ({done}/{len(futures)})")
         results.sort(key=lambda r: r["seed"])
         for result in results:
-            seed_dir = paths.models / f"seed{result['seed']}"
             inputs = [str(p) for p in sorted(paths.data.glob(f"*_seed{result['seed']}.parquet"))]
-            log_seed_run(spec, parent_id, result, device, [str(seed_dir / "result.json")], inputs)
+            marker = str(experiment.seed_result_path(paths.models, result["seed"]))
+            log_seed_run(spec, parent_id, result, device, [marker], inputs)
         made = make_figures(spec, results, str(paths.figures), str(paths.plots))
         rows = publish_claims(spec, parent_id, results, str(repo_root() / "tasks" / SLUG / "claims.yaml"),
                               str(paths.reports), "arm_ebm: Autoregressive LMs are secretly EBMs", made)

@@ -19,7 +19,7 @@ import torch
 from tasks.arm_ebm import data, method
 from tasks.arm_ebm.config import ArmEbmConfig, BoundConfig, PaperProfileConfig, TabularConfig, ToyConfig
 from tasks.common import tiny_lm
-from tasks.common.io import read_json, write_json
+from tasks.common.io import write_json
 
 SeedResult = dict[str, Any]  # {"metrics": {name: float}, "curves": {...}, "tables": {...}}
 
@@ -135,6 +135,11 @@ def train_gpt2_arm(cfg: ArmEbmConfig, seed: int, target: np.ndarray,
     return model, losses
 
 
+def entropy_per_sequence(logp: np.ndarray) -> float:
+    """H(p) = -sum_y p(y|x) log p(y|x), averaged over prompts: the floor of any model's NLL."""
+    return float(-(np.exp(logp) * logp).sum(axis=1).mean())
+
+
 def evaluate_arms(toy: ToyConfig, seed: int, model: torch.nn.Module) -> tuple[dict[str, float], dict]:
     """KL to p_R and first-token marginals of the exact ARM, the myopic ARM and the trained GPT-2."""
     _, total = method.toy_ebm_rewards(data.toy_spec(toy, seed))
@@ -151,7 +156,7 @@ def evaluate_arms(toy: ToyConfig, seed: int, model: torch.nn.Module) -> tuple[di
     kl = {name: float(method.kl_divergence(target, logp).mean()) for name, logp in arms.items()}
     tv = {name: float(method.first_token_tv(target, logp, toy.vocab_size).max()) for name, logp in arms.items()}
     eps_eff = shift_invariant_logit_error(q_gpt2, q_star)
-    entropy = float(-(np.exp(target) * target).sum(axis=1).mean())
+    entropy = entropy_per_sequence(target)
     metrics = {
         "e2_kl_exact": kl["exact"], "e2_kl_myopic": kl["myopic"], "e2_kl_gpt2": kl["gpt2"],
         "e2_kl_ratio_myopic_over_gpt2": kl["myopic"] / max(kl["gpt2"], 1e-12),
@@ -195,7 +200,7 @@ def neural_equivalence(cfg: ArmEbmConfig, seed: int, gpt2_cross_entropy: float) 
     _, total = method.toy_ebm_rewards(data.toy_spec(toy, seed))
     target = method.ebm_log_probs(method.sequence_energy(total))
     ebm_logp, curve = method.fit_neural_ebm(target, toy.vocab_size, toy.horizon, n.hidden, n.steps, n.lr, seed)
-    entropy = float(-(np.exp(target) * target).sum(axis=1).mean())
+    entropy = entropy_per_sequence(target)
     ebm_ce = entropy + float(method.kl_divergence(target, ebm_logp).mean())
     return ({"e3_neural_ebm_cross_entropy": ebm_ce, "e3_neural_nll_gap": abs(ebm_ce - gpt2_cross_entropy)},
             {"neural_ebm_nll": curve})
@@ -292,13 +297,13 @@ def write_data(cfg: ArmEbmConfig, seeds: tuple[int, ...], data_dir: Path) -> lis
     return written
 
 
+def seed_result_path(model_dir: Path, seed: int) -> Path:
+    """The per-seed result file; its presence marks a seed as finished (see the flow's resume logic)."""
+    return model_dir / f"seed{seed}" / "result.json"
+
+
 def save_seed_result(result: SeedResult, model_dir: Path) -> Path:
-    return write_json(model_dir / f"seed{result['seed']}" / "result.json", result)
-
-
-def load_seed_result(model_dir: Path, seed: int) -> SeedResult | None:
-    path = model_dir / f"seed{seed}" / "result.json"
-    return read_json(path) if path.exists() else None
+    return write_json(seed_result_path(model_dir, result["seed"]), result)
 
 
 def torch_threads_per_worker(workers: int) -> int:
