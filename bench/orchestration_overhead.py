@@ -35,8 +35,9 @@ def direct(profile: str, seeds: list[int], root: Path) -> float:
     start = time.perf_counter()
     experiment.write_data(spec.config, spec.seeds, root / "data")
     from flows.arm_ebm import WORKERS  # the same parallelism as the flow
+    from tasks.common.paper_flow import torch_threads_per_worker
 
-    torch.set_num_threads(experiment.torch_threads_per_worker(min(WORKERS, len(seeds))))
+    torch.set_num_threads(torch_threads_per_worker(min(WORKERS, len(seeds))))
     with ThreadPoolExecutor(max_workers=WORKERS) as pool:
         list(pool.map(lambda s: experiment.run_seed(spec.config, s, root / "data", root / "models"), spec.seeds))
     return time.perf_counter() - start

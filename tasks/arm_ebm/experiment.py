@@ -6,7 +6,6 @@ without Prefect; the Prefect tasks at the bottom wrap them for the flow.
 
 from __future__ import annotations
 
-import os
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -19,7 +18,6 @@ import torch
 from tasks.arm_ebm import data, method
 from tasks.arm_ebm.config import ArmEbmConfig, BoundConfig, PaperProfileConfig, TabularConfig, ToyConfig
 from tasks.common import tiny_lm
-from tasks.common.io import write_json
 
 SeedResult = dict[str, Any]  # {"metrics": {name: float}, "curves": {...}, "tables": {...}}
 
@@ -295,17 +293,3 @@ def write_data(cfg: ArmEbmConfig, seeds: tuple[int, ...], data_dir: Path) -> lis
             written.append(data.write_parquet(data.tabular_samples(cfg.tabular, cfg.toy, seed),
                                               data_dir / f"tabular_seed{seed}.parquet"))
     return written
-
-
-def seed_result_path(model_dir: Path, seed: int) -> Path:
-    """The per-seed result file; its presence marks a seed as finished (see the flow's resume logic)."""
-    return model_dir / f"seed{seed}" / "result.json"
-
-
-def save_seed_result(result: SeedResult, model_dir: Path) -> Path:
-    return write_json(seed_result_path(model_dir, result["seed"]), result)
-
-
-def torch_threads_per_worker(workers: int) -> int:
-    """Seeds run on parallel threads; torch's pool is process-wide, so split the cores between them."""
-    return max(1, (os.cpu_count() or 1) // max(1, workers))

@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 
-from tasks.common.figures import new_figure, save_figure
+from tasks.common.figures import new_figure, save_figure, write_plot_csv
 
 
 def kl_vs_horizon(results: Sequence[Mapping[str, Any]], path: Path) -> Path:
@@ -82,3 +82,17 @@ def nll_curves(results: Sequence[Mapping[str, Any]], path: Path) -> Path | None:
         ax.set_title(f"Supervised equivalence, tabular (seed {first['seed']})")
         ax.legend()
     return save_figure(fig, path)
+
+
+def make_figures(config: Any, results: Sequence[Mapping[str, Any]], figures_dir: Path, plots_dir: Path
+                 ) -> list[Path]:
+    """Every figure of the paper from the seeds' results, plus the CSV sources of ``dvc plots``."""
+    made = [kl_vs_horizon(results, figures_dir / "kl_vs_horizon.png"),
+            first_token_marginals(results, figures_dir / "first_token_marginals.png", config.toy.b, config.toy.c),
+            nll_curves(results, figures_dir / "nll_curves.png")]
+    write_plot_csv([row | {"seed": r["seed"]} for r in results for row in r["tables"]["e4_kl_vs_T"]],
+                   plots_dir / "kl_vs_horizon.csv")
+    if "gpt2_train_nll" in results[0]["curves"]:
+        write_plot_csv([{"step": i, "seed": r["seed"], "nll": v} for r in results
+                        for i, v in enumerate(r["curves"]["gpt2_train_nll"])], plots_dir / "gpt2_train_nll.csv")
+    return [p for p in made if p is not None]

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 import matplotlib
+import polars as pl
 
 matplotlib.use("Agg")  # headless: CI and servers have no display
 import matplotlib.pyplot as plt  # noqa: E402
@@ -40,3 +43,9 @@ def save_figure(fig, path: str | Path) -> Path:
     write_with(path, lambda tmp: fig.savefig(tmp, format="png"))
     plt.close(fig)
     return Path(path)
+
+
+def write_plot_csv(rows: Sequence[Mapping[str, Any]], path: Path) -> Path:
+    """A DVC plot source (CSV) from row dicts."""
+    frame = pl.DataFrame(list(rows))
+    return write_with(path, lambda tmp: frame.write_csv(tmp))

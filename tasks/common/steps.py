@@ -11,7 +11,6 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import polars as pl
 from prefect import task
 from prefect.artifacts import create_markdown_artifact, create_table_artifact
 
@@ -19,7 +18,7 @@ from tasks.common import tracking
 from tasks.common.claims import claims_markdown, evaluate_claims, load_claims, write_claims
 from tasks.common.devices import describe_device
 from tasks.common.env import repo_root
-from tasks.common.io import write_json, write_with
+from tasks.common.io import write_json
 from tasks.common.params import RunSpec
 
 
@@ -102,12 +101,6 @@ def summarise_metrics(results: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
         summary["per_seed"][name] = {str(r["seed"]): float(r["metrics"][name]) for r in results
                                      if name in r["metrics"]}
     return summary
-
-
-def write_plot_csv(rows: Sequence[Mapping[str, Any]], path: Path) -> Path:
-    """A DVC plot source (CSV) from row dicts."""
-    frame = pl.DataFrame(list(rows))
-    return write_with(path, lambda tmp: frame.write_csv(tmp))
 
 
 @task(name="publish-claims")
