@@ -29,7 +29,7 @@ def cmd_list(_: argparse.Namespace) -> int:
 def cmd_run(args: argparse.Namespace) -> int:
     from flows.stage import run_stage
 
-    return run_stage(args.slug, args.phase, args.profile, args.seeds)
+    return run_stage(args.slug, args.phase, args.profile, args.seeds, args.runner, args.dask_address)
 
 
 def cmd_report(_: argparse.Namespace) -> int:
@@ -99,6 +99,9 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--profile", choices=None, help="smoke | cpu | paper (default: params.yaml)")
     run.add_argument("--seeds", type=int, nargs="+", help="default: params.yaml")
     run.add_argument("--phase", choices=["data", "run", "all"], default="all")
+    from flows.stage import add_runner_arguments
+
+    add_runner_arguments(run)
     run.set_defaults(func=cmd_run)
     sub.add_parser("report", help="build reports/index.md and index.html").set_defaults(func=cmd_report)
     server = sub.add_parser("server", help="the local Prefect server on 127.0.0.1")

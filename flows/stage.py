@@ -2,6 +2,9 @@
 
     python -m flows.stage arm_ebm --phase data
     python -m flows.stage arm_ebm --phase run --profile smoke --seeds 0 1 2
+    python -m flows.stage arm_ebm --phase run --runner dask [--dask-address tcp://host:8786]
+
+Under ``dvc repro`` the runner comes from REPRO_RUNNER / REPRO_DASK_ADDRESS (see flows/runners.py).
 
 Parameters are validated before Prefect, MLflow or torch is imported, so a bad value fails in about
 a second with a one-line error naming the key, and exit status 2.
@@ -12,7 +15,15 @@ from __future__ import annotations
 import argparse
 import sys
 
+from flows.runners import RUNNERS, RunnerError, resolve_runner, with_runner
 from tasks.common.params import ParamsError, resolve_run
+
+
+def add_runner_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--runner", choices=RUNNERS, default=None,
+                        help="task runner for the seeds: threads (default) or dask")
+    parser.add_argument("--dask-address", default=None,
+                        help="scheduler of an existing Dask cluster (default: a local cluster of 2 workers)")
 
 
 def parse(argv: list[str] | None = None) -> argparse.Namespace:
@@ -21,13 +32,16 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--phase", choices=["data", "run", "all"], default="all")
     parser.add_argument("--profile", default=None)
     parser.add_argument("--seeds", type=int, nargs="+", default=None)
+    add_runner_arguments(parser)
     return parser.parse_args(argv)
 
 
-def run_stage(slug: str, phase: str, profile: str | None, seeds: list[int] | None) -> int:
+def run_stage(slug: str, phase: str, profile: str | None, seeds: list[int] | None,
+              runner: str | None = None, dask_address: str | None = None) -> int:
     try:
         spec = resolve_run(slug, profile, seeds)
-    except ParamsError as err:
+        runner, dask_address = resolve_runner(runner, dask_address)
+    except (ParamsError, RunnerError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
     from tasks.common.env import configure
@@ -35,7 +49,9 @@ def run_stage(slug: str, phase: str, profile: str | None, seeds: list[int] | Non
     configure(spec.profile)
     from flows.registry import load_flow
 
-    result = load_flow(slug)(profile=spec.profile, seeds=list(spec.seeds), phase=phase)
+    # The data phase is one small task: it always runs on threads.
+    flow = with_runner(load_flow(slug), runner if phase != "data" else "threads", dask_address)
+    result = flow(profile=spec.profile, seeds=list(spec.seeds), phase=phase)
     if phase != "data":
         verdicts = result.get("verdicts", {})
         print(f"[{slug}] profile={spec.profile} seeds={list(spec.seeds)}: "
@@ -45,7 +61,7 @@ def run_stage(slug: str, phase: str, profile: str | None, seeds: list[int] | Non
 
 def main(argv: list[str] | None = None) -> int:
     args = parse(argv)
-    return run_stage(args.slug, args.phase, args.profile, args.seeds)
+    return run_stage(args.slug, args.phase, args.profile, args.seeds, args.runner, args.dask_address)
 
 
 if __name__ == "__main__":
