@@ -84,9 +84,12 @@ def stop_prefect() -> bool:
     return True
 
 
-def mlflow_ui_command(port: int = MLFLOW_PORT) -> list[str]:
-    """``mlflow server`` on loopback over the project's store, artifacts served through it."""
-    uri = os.environ["MLFLOW_TRACKING_URI"]
+def mlflow_ui_command(port: int = MLFLOW_PORT, backend_store_uri: str | None = None,
+                      artifacts_destination: str | None = None) -> list[str]:
+    """``mlflow server`` on loopback over the project's store (or ``backend_store_uri``, e.g. a
+    ``postgresql://`` database), artifacts served through it from ``artifacts_destination``."""
+    uri = backend_store_uri or os.environ["MLFLOW_TRACKING_URI"]
+    destination = artifacts_destination or (repo_root() / "mlartifacts").as_uri()
     return [_bin("mlflow"), "server", "--backend-store-uri", uri,
-            "--artifacts-destination", (repo_root() / "mlartifacts").as_uri(),
+            "--artifacts-destination", destination,
             "--host", "127.0.0.1", "--port", str(port)]

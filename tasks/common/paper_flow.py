@@ -147,3 +147,21 @@ def run_paper(slug: str, title: str, profile: str | None, seeds: Sequence[int] |
         rows = publish_claims(spec, parent_id, results, str(repo_root() / "tasks" / slug / "claims.yaml"),
                               str(paths.reports), title, made)
     return {"phase": phase, "parent_run_id": parent_id, "verdicts": {r["id"]: r["verdict"] for r in rows}}
+
+
+def paper_flow(slug: str, title: str, description: str, workers: int = 3) -> Any:
+    """The Prefect flow of one paper: named after it, parameters (profile, seeds, phase).
+
+    ``workers`` seeds run at once on the default thread runner (``--runner dask`` replaces it). Three
+    even on 2 cores: each seed trains with one torch thread, and a third worker beats leaving a core
+    idle while the last seed runs alone.
+    """
+    from prefect import flow
+    from prefect.task_runners import ThreadPoolTaskRunner
+
+    def run(profile: str | None = None, seeds: list[int] | None = None, phase: Phase = "all") -> dict:
+        return run_paper(slug, title, profile, seeds, phase, workers)
+
+    run.__name__ = run.__qualname__ = slug
+    run.__doc__ = description
+    return flow(name=slug, description=description, task_runner=ThreadPoolTaskRunner(max_workers=workers))(run)
