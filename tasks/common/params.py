@@ -7,6 +7,7 @@ and the reason, e.g. ``arm_ebm.cpu.gpt2.n_layer: must be >= 1 (got 0)``. Unknown
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import importlib
 import json
@@ -163,3 +164,11 @@ def resolve_run(slug: str, profile: str | None = None, seeds: list[int] | tuple[
     config = configs[chosen_profile]
     return RunSpec(slug, chosen_profile, chosen_seeds, config,
                    hash_config(slug, chosen_profile, chosen_seeds, config))
+
+
+def params_section(slug: str, path: str | Path | None = None) -> dict[str, Any]:
+    """A fresh copy of one paper's raw section of params.yaml (tests mutate it to check errors)."""
+    params = read_params(path)
+    if slug not in params:
+        raise ParamsError(f"{slug}: no section for this paper in {params_path(path)}")
+    return copy.deepcopy(params[slug])

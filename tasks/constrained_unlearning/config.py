@@ -1,0 +1,134 @@
+"""Parameters of one constrained_unlearning profile (the ``constrained_unlearning.<profile>`` section)."""
+
+from __future__ import annotations
+
+from pydantic import Field, model_validator
+
+from tasks.common.params import ProfileConfig
+
+
+class PerFormulation(ProfileConfig):
+    """One positive value per formulation (reverse KL, forward KL, likelihood)."""
+
+    ru: float = Field(gt=0)
+    fu: float = Field(gt=0)
+    lu: float = Field(gt=0)
+
+
+class MixtureConfig(ProfileConfig):
+    """q: an 8-mode ring GMM plus a "close" mode just outside the forget mode (ring mode 0); q_u = that mode.
+
+    Seeds draw the ring's phase and jitter the mode weights by +-``weight_jitter`` (relative)."""
+
+    n_ring_modes: int = Field(ge=3, le=32)
+    ring_radius: float = Field(gt=0)
+    sigma: float = Field(gt=0)
+    close_offset: float = Field(gt=0, description="distance of the close mode from the forget mode (outward)")
+    weight_jitter: float = Field(ge=0, lt=1)
+    n_train: int = Field(ge=100, description="training samples of q written by the data phase")
+
+    @model_validator(mode="after")
+    def _close_mode_outside_forget_region(self) -> MixtureConfig:
+        # The forget region is the ball of radius 2 sigma around the forget mode; the close mode must
+        # sit outside it, or "collateral damage" cannot be told from forgetting.
+        if self.close_offset <= 2 * self.sigma:
+            raise ValueError(f"close_offset ({self.close_offset}) must exceed 2 * sigma ({2 * self.sigma})")
+        return self
+
+
+class GridConfig(ProfileConfig):
+    """Stage A: exact primal-dual on a 2-D density grid."""
+
+    size: int = Field(ge=16, le=512)
+    half_width: float = Field(gt=0)
+    target_forget_mass: float = Field(gt=0, lt=1)
+    iterations: int = Field(ge=1)
+    primal_step: float = Field(gt=0, le=1)
+    dual_lr: PerFormulation
+
+
+class DDPMConfig(ProfileConfig):
+    """Stage B: the MLP epsilon-network and its pretraining on q's samples."""
+
+    timesteps: int = Field(ge=2)
+    hidden: int = Field(ge=4)
+    layers: int = Field(ge=1)
+    time_dim: int = Field(ge=2)
+    pretrain_steps: int = Field(ge=1)
+    batch_size: int = Field(ge=8)
+    lr: float = Field(gt=0)
+    eval_samples: int = Field(ge=100, description="samples per model for every Stage B metric")
+    histogram_bins: int = Field(ge=4, description="bins per axis of the retained-region histogram KL")
+
+    @model_validator(mode="after")
+    def _even_time_dim(self) -> DDPMConfig:
+        if self.time_dim % 2:
+            raise ValueError(f"time_dim must be even (sin and cos halves), got {self.time_dim}")
+        return self
+
+
+class UnlearnConfig(ProfileConfig):
+    """Stage B: primal-dual unlearning of the pretrained DDPM, one run per formulation."""
+
+    dual_updates: int = Field(ge=1)
+    steps_per_dual: int = Field(ge=1)
+    batch_size: int = Field(ge=8)
+    lr: float = Field(gt=0)
+    dual_samples: int = Field(ge=50)
+    dual_lr: PerFormulation
+    knn_k: int = Field(ge=1, le=50)
+
+
+class BaselineConfig(ProfileConfig):
+    """Stage B baselines with hand-set weights, each swept (brief: loss mixing, ESD-style eta, weight reg.)."""
+
+    steps: int = Field(ge=1)
+    lr: float = Field(gt=0)
+    batch_size: int = Field(ge=8)
+    loss_mixing_w: list[float] = Field(min_length=1)
+    esd_eta: list[float] = Field(min_length=1)
+    weight_reg_mu: list[float] = Field(min_length=1)
+
+    @model_validator(mode="after")
+    def _positive_sweeps(self) -> BaselineConfig:
+        for name in ("loss_mixing_w", "esd_eta", "weight_reg_mu"):
+            values = getattr(self, name)
+            if any(v <= 0 for v in values):
+                raise ValueError(f"{name}: every sweep value must be > 0, got {values}")
+        return self
+
+
+class PaperScaleConfig(ProfileConfig):
+    """Paper profile: hub checkpoints (Stable Diffusion / DDPM), LoRA, CLIP scoring. Needs diffusers + peft."""
+
+    concept_model: str = Field(min_length=1, description="RU / ESD-style concept unlearning")
+    lu_model: str = Field(min_length=1, description="LU as in the official code")
+    clip_model: str = Field(min_length=1)
+    data_model: str = Field(min_length=1, description="FU data unlearning (DDPM)")
+    concept: str = Field(min_length=1)
+    lora_rank: int = Field(ge=1)
+    lr: float = Field(gt=0)
+    dual_lr: float = Field(gt=0)
+    epochs: int = Field(ge=1)
+    ddim_steps: int = Field(ge=1)
+
+
+class ConstrainedUnlearningConfig(ProfileConfig):
+    mixture: MixtureConfig
+    grid: GridConfig
+    ddpm: DDPMConfig | None = None
+    unlearn: UnlearnConfig | None = None
+    baselines: BaselineConfig | None = None
+    hub: PaperScaleConfig | None = None
+    device: str = Field(default="auto", pattern="^(auto|cpu|cuda|mps)$")
+
+    @model_validator(mode="after")
+    def _stage_b_complete(self) -> ConstrainedUnlearningConfig:
+        if (self.unlearn is not None or self.baselines is not None) and self.ddpm is None:
+            raise ValueError("unlearn and baselines need a ddpm section (the pretrained model they start from)")
+        if self.grid.half_width <= self.mixture.ring_radius + self.mixture.close_offset + 3 * self.mixture.sigma:
+            raise ValueError("grid.half_width must exceed ring_radius + close_offset + 3 sigma (the grid must hold q)")
+        return self
+
+
+CONFIG = ConstrainedUnlearningConfig

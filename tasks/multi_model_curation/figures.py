@@ -1,0 +1,107 @@
+"""Figures of multi_model_curation, built from run_seed results only (no recomputation):
+alignment trajectories per config, the influence heat map over (coupling, beta_1), and the sign
+table (analytic vs sampled). CSV plot sources go to plots_dir for ``dvc plots``."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import polars as pl
+
+from tasks.common.figures import new_figure, save_figure
+from tasks.common.io import write_with
+
+COUPLED = ("dampen", "cross_invert", "self_invert")
+Results = Sequence[Mapping[str, Any]]
+
+
+def alignment_trajectories(results: Results, path: Path) -> Path | None:
+    """A_i(t) of the sampled loops at K = k_large (every seed, thin) with the K -> infinity fixed point."""
+    first = results[0]
+    if f"sampled_{COUPLED[0]}_A1" not in first["curves"]:
+        return None
+    fig, axes = new_figure(ncols=3)
+    for ax, name in zip(axes[0], COUPLED):
+        for i, color in ((0, "C0"), (1, "C1")):
+            for r in results:
+                ax.plot(r["curves"][f"sampled_{name}_A{i + 1}"], color=color, alpha=0.5, lw=0.9)
+            ax.axhline(first["metrics"][f"analytic_{name}_A{i + 1}"], color=color, ls="--", lw=1.0,
+                       label=f"model {i + 1} (dashed: K→∞)")
+        ax.set_title(name.replace("_", "-"))
+        ax.set_xlabel("round t")
+        ax.set_ylabel("alignment A_i(t)")
+        ax.legend()
+    return save_figure(fig, path)
+
+
+def influence_heatmap(results: Results, path: Path) -> Path:
+    """I_21 (cross), I_11 (self) and the net effect on A_1 + A_2 over (coupling, beta_1); analytic."""
+    rows = results[0]["tables"]["influence_heatmap"]
+    couplings = sorted({r["coupling"] for r in rows})
+    betas = sorted({r["beta1"] for r in rows})
+    fig, axes = new_figure(ncols=3, width=15.5, height=3.6)
+    for ax, key, title in zip(axes[0], ("I11", "I21", "net_beta1"),
+                              ("self-influence ∂A₁/∂β₁", "cross-influence ∂A₂/∂β₁", "net ∂(A₁+A₂)/∂β₁")):
+        grid = np.array([[next(r[key] for r in rows if r["coupling"] == c and r["beta1"] == b) for b in betas]
+                         for c in couplings])
+        # Symmetric log-like colour scale: the values span three orders of magnitude.
+        scaled = np.sign(grid) * np.log10(1 + np.abs(grid) / 1e-3)
+        limit = float(np.max(np.abs(scaled))) or 1.0
+        image = ax.imshow(scaled, origin="lower", aspect="auto", cmap="RdBu", vmin=-limit, vmax=limit)
+        ax.set_xticks(range(len(betas)), [f"{b:g}" for b in betas])
+        ax.set_yticks(range(len(couplings)), [f"{c:g}" for c in couplings])
+        ax.set_xlabel("β₁ (curation strength of model 1)")
+        ax.set_ylabel("coupling W₁₂ = W₂₁")
+        ax.set_title(title)
+        ax.grid(False)
+        fig.colorbar(image, ax=ax, label="sign·log10(1+|I|/1e-3)")
+    return save_figure(fig, path)
+
+
+def sign_table(results: Results, path: Path) -> Path | None:
+    """Sampled chords ΔA_i/Δβ_1 per seed against the K -> infinity chord, per config, model and K."""
+    if "sign_table" not in results[0]["tables"]:
+        return None
+    fig, axes = new_figure(width=7.0, height=3.6)
+    ax = axes[0, 0]
+    keys = [(r["config"], r["model"], r["K"]) for r in results[0]["tables"]["sign_table"]]
+    for x, key in enumerate(keys):
+        rows = [row for r in results for row in r["tables"]["sign_table"] if (row["config"], row["model"], row["K"])
+                == key]
+        ax.scatter([x] * len(rows), [row["sampled_chord"] for row in rows], color="C0", s=12,
+                   label="sampled (per seed)" if x == 0 else None)
+        ax.scatter([x], [rows[0]["analytic_chord"]], color="C1", marker="_", s=200,
+                   label="K→∞ prediction" if x == 0 else None)
+    ax.axhline(0.0, color="k", lw=0.8)
+    ax.set_xticks(range(len(keys)), [f"{c.replace('_', '-')}\nA{m} K={k}" for c, m, k in keys], rotation=60,
+                  fontsize=7)
+    ax.set_ylabel("ΔA_i / Δβ₁")
+    ax.set_title("Effect of curating model 1: sign agreement")
+    ax.legend()
+    return save_figure(fig, path)
+
+
+def _write_csv(rows: list[dict], path: Path) -> Path:
+    frame = pl.DataFrame(rows)
+    return write_with(path, lambda tmp: frame.write_csv(tmp))
+
+
+def make_figures(config: Any, results: Results, figures_dir: Path, plots_dir: Path) -> list[Path]:
+    """Every PNG and CSV plot source of the paper from the per-seed results."""
+    figures_dir, plots_dir = Path(figures_dir), Path(plots_dir)
+    made = [alignment_trajectories(results, figures_dir / "alignment_trajectories.png"),
+            influence_heatmap(results, figures_dir / "influence_heatmap.png"),
+            sign_table(results, figures_dir / "sign_table.png")]
+    _write_csv([dict(row) for row in results[0]["tables"]["influence_heatmap"]], plots_dir / "influence_heatmap.csv")
+    if "sign_table" in results[0]["tables"]:
+        _write_csv([row | {"seed": r["seed"]} for r in results for row in r["tables"]["sign_table"]],
+                   plots_dir / "sign_table.csv")
+        trajectory_rows = [{"seed": r["seed"], "config": name, "round": t, "A1": a1, "A2": a2}
+                           for r in results for name in COUPLED
+                           for t, (a1, a2) in enumerate(zip(r["curves"][f"sampled_{name}_A1"],
+                                                            r["curves"][f"sampled_{name}_A2"]))]
+        _write_csv(trajectory_rows, plots_dir / "alignment_trajectories.csv")
+    return [p for p in made if p is not None]

@@ -1,0 +1,528 @@
+"""Interacting self-consuming generators with Bradley-Terry human curation (pure library).
+
+Everything here is the project's **reconstruction** (brief ``multi_model_curation.md``, section
+"Method") of the model family behind Wei, Zhang & Zhang, "When and How Human Curation Backfires"
+(ICML 2026), built on Ferbach et al. (NeurIPS 2024). No official code exists.
+
+Model family (brief, "Method"):
+
+- N generators; generator i is the conditional Gaussian ``y | x ~ N(theta_i^T phi(x), v_i)`` with
+  features normalised so that ``E[phi phi^T] = I``. The unconditional 1-D case is ``phi(x) = 1``
+  (``d = 1``, ``theta_i = m_i``); the conditional task uses ``phi(x) = x``, ``x ~ N(0, I_d)``.
+- Human reward of model i: ``r_i(x, y) = -(y - a_i^T phi(x))^2 / 2`` (``a_i = mu_i`` in 1-D).
+- Curation (Bradley-Terry over K candidates): keep candidate k with probability
+  ``softmax_k(beta_i r_i(y_k))``; as K -> infinity this is the tilt ``C_i(p) ∝ p e^{beta_i r_i}``.
+- Round update: model i refits by maximum likelihood on
+  ``D_i = lambda_i p_data + sum_j W_ij C_j(p_j)``, ``W >= 0`` with rows summing to ``1 - lambda_i``.
+- Alignment ``A_i = E_{p_i}[r_i]``; influence ``I_ij = dA_i* / dbeta_j`` at the fixed point.
+
+State arrays: ``theta`` has shape (N, d), ``v`` shape (N,). Everything is float64 numpy; the
+neural refit (``fit_neural_conditional``) is the only torch code.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import numpy as np
+
+ROW_SUM_TOL = 1e-9
+
+
+# ------------------------------------------------------------------------------------------------
+# The loop specification
+# ------------------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class LoopSpec:
+    """One configuration of the multi-model loop (brief, "Round update").
+
+    ``mixing[i, j]`` is the share of model i's training data that is model j's curated output;
+    ``real_share[i]`` (lambda_i) the share of real data; each row of ``mixing`` sums to
+    ``1 - real_share[i]``. ``targets[i]`` is a_i (shape (N, d)); real data is
+    ``y | x ~ N(real_theta^T phi(x), real_var)``.
+    """
+
+    name: str
+    mixing: np.ndarray
+    real_share: np.ndarray
+    beta: np.ndarray
+    targets: np.ndarray
+    real_theta: np.ndarray = field(default_factory=lambda: np.zeros(1))
+    real_var: float = 1.0
+
+    def __post_init__(self) -> None:
+        mixing = np.atleast_2d(np.asarray(self.mixing, dtype=float))
+        n_models = mixing.shape[0]
+        real_share = np.broadcast_to(np.asarray(self.real_share, dtype=float), (n_models,)).copy()
+        beta = np.asarray(self.beta, dtype=float).reshape(n_models)
+        targets = np.asarray(self.targets, dtype=float).reshape(n_models, -1)
+        real_theta = np.asarray(self.real_theta, dtype=float).reshape(-1)
+        if real_theta.size == 1 and targets.shape[1] > 1:
+            real_theta = np.full(targets.shape[1], float(real_theta[0]))
+        for name, value in (("mixing", mixing), ("real_share", real_share), ("beta", beta),
+                            ("targets", targets), ("real_theta", real_theta)):
+            object.__setattr__(self, name, value)
+        self.validate()
+
+    @property
+    def n_models(self) -> int:
+        return self.mixing.shape[0]
+
+    @property
+    def dim(self) -> int:
+        return self.targets.shape[1]
+
+    def validate(self) -> None:
+        """W square and non-negative, lambda in [0, 1], rows of W sum to 1 - lambda, beta >= 0."""
+        n = self.n_models
+        if self.mixing.shape != (n, n):
+            raise ValueError(f"{self.name}: mixing must be square, got shape {self.mixing.shape}")
+        if np.any(self.mixing < 0):
+            raise ValueError(f"{self.name}: mixing must be non-negative, got {self.mixing.tolist()}")
+        if np.any(self.real_share < 0) or np.any(self.real_share > 1):
+            raise ValueError(f"{self.name}: real_share must be in [0, 1], got {self.real_share.tolist()}")
+        rows = self.mixing.sum(axis=1)
+        if not np.allclose(rows, 1.0 - self.real_share, atol=ROW_SUM_TOL, rtol=0):
+            raise ValueError(f"{self.name}: rows of mixing must sum to 1 - real_share "
+                             f"({(1 - self.real_share).tolist()}), got {rows.tolist()}")
+        if np.any(self.beta < 0):
+            raise ValueError(f"{self.name}: beta must be >= 0, got {self.beta.tolist()}")
+        if self.real_theta.shape != (self.dim,):
+            raise ValueError(f"{self.name}: real_theta must have {self.dim} entries, got {self.real_theta.shape}")
+        if self.real_var <= 0:
+            raise ValueError(f"{self.name}: real_var must be > 0, got {self.real_var}")
+
+    def with_beta(self, beta: np.ndarray) -> LoopSpec:
+        return LoopSpec(self.name, self.mixing, self.real_share, np.asarray(beta, dtype=float), self.targets,
+                        self.real_theta, self.real_var)
+
+    def with_dim(self, dim: int) -> LoopSpec:
+        """The conditional version: targets a_i = mu_i e_1 in R^dim, real data theta_0 = mu_0 e_1."""
+        targets = np.zeros((self.n_models, dim))
+        targets[:, 0] = self.targets[:, 0]
+        real_theta = np.zeros(dim)
+        real_theta[0] = self.real_theta[0]
+        return LoopSpec(self.name, self.mixing, self.real_share, self.beta, targets, real_theta, self.real_var)
+
+
+def isolated_spec(name: str, real_share: float, beta: float, target: float) -> LoopSpec:
+    """Ferbach's single self-consuming loop: W = diag(1 - lambda)."""
+    return LoopSpec(name, np.array([[1.0 - real_share]]), np.array([real_share]), np.array([beta]),
+                    np.array([[target]]))
+
+
+def symmetric_coupling(real_share: float, coupling: float) -> np.ndarray:
+    """Two models that train on a share ``coupling`` of each other's output: W_12 = W_21 = coupling."""
+    if not 0 <= coupling <= 1 - real_share:
+        raise ValueError(f"coupling must be in [0, 1 - real_share] = [0, {1 - real_share:g}], got {coupling}")
+    own = 1.0 - real_share - coupling
+    return np.array([[own, coupling], [coupling, own]])
+
+
+def canonical_specs() -> dict[str, LoopSpec]:
+    """The brief's canonical configurations ("CPU profile", analytic reference values).
+
+    ``cross_invert`` uses the ``dampen`` W and lambda (the brief marks this as assumed). The beta
+    stored here is the high-curation end; the experiments vary beta_1.
+    """
+    coupled = np.array([[0.1, 0.7], [0.7, 0.1]])
+    self_invert_w = np.array([[0.05, 0.48], [0.15, 0.38]])
+    return {
+        "isolated": isolated_spec("isolated", 0.2, 5.0, 2.0),
+        "dampen": LoopSpec("dampen", coupled, np.array([0.2, 0.2]), np.array([5.0, 0.0]), np.array([[2.0], [2.0]])),
+        "cross_invert": LoopSpec("cross_invert", coupled, np.array([0.2, 0.2]), np.array([5.0, 1.0]),
+                                 np.array([[1.0], [-1.0]])),
+        "self_invert": LoopSpec("self_invert", self_invert_w, np.array([0.47, 0.47]), np.array([4.0, 0.68]),
+                                np.array([[-3.36], [2.6]])),
+        "self_invert_isolated": isolated_spec("self_invert_isolated", 0.47, 4.0, -3.36),
+        "divergent": LoopSpec("divergent", np.array([[0.0, 1.0], [1.0, 0.0]]), np.array([0.0, 0.0]),
+                              np.array([5.0, 5.0]), np.array([[1.0], [-1.0]])),
+    }
+
+
+# ------------------------------------------------------------------------------------------------
+# Closed form (K -> infinity) recursion
+# ------------------------------------------------------------------------------------------------
+
+def gaussian_tilt(theta: np.ndarray, v: np.ndarray, beta: np.ndarray, targets: np.ndarray
+                  ) -> tuple[np.ndarray, np.ndarray]:
+    """Tilt of N(theta^T phi, v) by exp(beta r), r = -(y - a^T phi)^2 / 2 (brief, "Closed form").
+
+    Per input the product of two Gaussians in y: ``v_bar = 1 / (1/v + beta)`` and
+    ``theta_bar = v_bar (theta / v + beta a)``. Returns (theta_bar (N, d), v_bar (N,)).
+    """
+    v_bar = 1.0 / (1.0 / v + beta)
+    theta_bar = v_bar[:, None] * (theta / v[:, None] + beta[:, None] * targets)
+    return theta_bar, v_bar
+
+
+def moment_refit(spec: LoopSpec, theta_bar: np.ndarray, v_bar: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Maximum-likelihood refit of model i on D_i = lambda_i p_data + sum_j W_ij C_j(p_j).
+
+    Least squares on a mixture whose sources share the input law (E[phi phi^T] = I) gives the
+    mixture of coefficients; the residual variance is the mixture of variances plus the spread of
+    the sources' means around the refit (1-D: v' = lambda(s0^2 + mu0^2) + sum_j W_ij(v_j + m_j^2) - m'^2).
+    """
+    lam = spec.real_share
+    theta_new = lam[:, None] * spec.real_theta[None, :] + spec.mixing @ theta_bar
+    real_spread = np.sum((spec.real_theta[None, :] - theta_new) ** 2, axis=1)
+    # spread[i, j] = |theta_bar_j - theta_new_i|^2
+    spread = np.sum((theta_bar[None, :, :] - theta_new[:, None, :]) ** 2, axis=2)
+    v_new = lam * (spec.real_var + real_spread) + np.sum(spec.mixing * (v_bar[None, :] + spread), axis=1)
+    return theta_new, v_new
+
+
+def analytic_step(spec: LoopSpec, theta: np.ndarray, v: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """One round F of the K -> infinity recursion: curate every model by its tilt, then refit."""
+    theta_bar, v_bar = gaussian_tilt(theta, v, spec.beta, spec.targets)
+    return moment_refit(spec, theta_bar, v_bar)
+
+
+def alignment(theta: np.ndarray, v: np.ndarray, targets: np.ndarray) -> np.ndarray:
+    """A_i = E_{p_i}[r_i] = -(|theta_i - a_i|^2 + v_i) / 2 (brief, "Alignment"; E[phi phi^T] = I)."""
+    return -(np.sum((theta - targets) ** 2, axis=-1) + v) / 2.0
+
+
+def real_data_state(spec: LoopSpec) -> tuple[np.ndarray, np.ndarray]:
+    """Every model starts at the real-data distribution (the pre-trained state of the loop)."""
+    return np.tile(spec.real_theta, (spec.n_models, 1)), np.full(spec.n_models, spec.real_var)
+
+
+@dataclass(frozen=True)
+class Trajectory:
+    theta: np.ndarray  # (rounds + 1, N, d)
+    v: np.ndarray  # (rounds + 1, N)
+    alignment: np.ndarray  # (rounds + 1, N)
+
+
+def iterate_analytic(spec: LoopSpec, rounds: int, start: tuple[np.ndarray, np.ndarray] | None = None
+                     ) -> Trajectory:
+    """``rounds`` rounds of F from ``start`` (default: the real-data state)."""
+    theta, v = start if start is not None else real_data_state(spec)
+    thetas, vs = [theta], [v]
+    for _ in range(rounds):
+        theta, v = analytic_step(spec, theta, v)
+        thetas.append(theta)
+        vs.append(v)
+    theta_arr, v_arr = np.stack(thetas), np.stack(vs)
+    return Trajectory(theta_arr, v_arr, alignment(theta_arr, v_arr, spec.targets[None]))
+
+
+def _pack(theta: np.ndarray, v: np.ndarray) -> np.ndarray:
+    return np.concatenate([theta.ravel(), v])
+
+
+def _unpack(state: np.ndarray, n_models: int, dim: int) -> tuple[np.ndarray, np.ndarray]:
+    return state[: n_models * dim].reshape(n_models, dim), state[n_models * dim:]
+
+
+def jacobian_fd(spec: LoopSpec, theta: np.ndarray, v: np.ndarray, step: float = 1e-6) -> np.ndarray:
+    """Central finite-difference Jacobian of F at (theta, v) over the packed state (theta, v)."""
+    state = _pack(theta, v)
+    size = state.size
+    jac = np.zeros((size, size))
+    for k in range(size):
+        bump = np.zeros(size)
+        bump[k] = step
+        plus = _pack(*analytic_step(spec, *_unpack(state + bump, spec.n_models, spec.dim)))
+        minus = _pack(*analytic_step(spec, *_unpack(state - bump, spec.n_models, spec.dim)))
+        jac[:, k] = (plus - minus) / (2 * step)
+    return jac
+
+
+def spectral_radius(matrix: np.ndarray) -> float:
+    return float(np.max(np.abs(np.linalg.eigvals(matrix))))
+
+
+@dataclass(frozen=True)
+class FixedPoint:
+    """Result of iterating F (brief, "Stable point")."""
+
+    theta: np.ndarray
+    v: np.ndarray
+    alignment: np.ndarray
+    radius: float  # spectral radius of the finite-difference Jacobian at the end point
+    rounds: int  # rounds actually run
+    diverged: bool  # flagged by ``divergence_flag``
+    variance_trend: float  # v_min(last round) - v_min(round before): < 0 means still falling
+
+
+def divergence_flag(radius: float, v_last: np.ndarray, v_before: np.ndarray, radius_max: float = 0.999,
+                    collapse_var: float = 1e-2, blowup_var: float = 1e6) -> bool:
+    """Acceptance check (a)4: non-convergent when the Jacobian radius is >= ``radius_max``, or a
+    variance is below ``collapse_var`` and still decreasing (mass collapse), or above ``blowup_var``."""
+    collapsing = bool(np.any((v_last < collapse_var) & (v_last < v_before)))
+    return bool(radius >= radius_max or collapsing or np.any(v_last > blowup_var) or not np.all(np.isfinite(v_last)))
+
+
+def fixed_point(spec: LoopSpec, max_rounds: int = 2000, tol: float = 0.0, jacobian_step: float = 1e-6
+                ) -> FixedPoint:
+    """Iterate F from the real-data state for ``max_rounds`` rounds (or until the state moves less
+    than ``tol``), then measure the Jacobian radius and the divergence flag at the end point."""
+    theta, v = real_data_state(spec)
+    before = v
+    rounds_run = 0
+    while rounds_run < max_rounds:
+        before = v
+        new_theta, v = analytic_step(spec, theta, v)
+        rounds_run += 1
+        moved = max(np.max(np.abs(new_theta - theta)), np.max(np.abs(v - before)))
+        theta = new_theta
+        if moved < tol:
+            break
+    radius = spectral_radius(jacobian_fd(spec, theta, v, jacobian_step)) if np.all(v > 0) else float("inf")
+    return FixedPoint(theta, v, alignment(theta, v, spec.targets), radius, rounds_run,
+                      divergence_flag(radius, v, before), float(np.min(v) - np.min(before)))
+
+
+def influence_matrix(spec: LoopSpec, step: float = 1e-3, max_rounds: int = 2000, tol: float = 1e-13
+                     ) -> np.ndarray:
+    """I_ij = dA_i* / dbeta_j by central differences of the fixed point (brief, "Influence matrix").
+
+    Diagonal: self-influence; off-diagonal: cross-influence. A one-sided step is used where
+    beta_j - step would be negative.
+    """
+    n = spec.n_models
+    influence = np.zeros((n, n))
+    for j in range(n):
+        low = spec.beta.copy()
+        high = spec.beta.copy()
+        high[j] += step
+        low[j] = max(0.0, low[j] - step)
+        a_high = fixed_point(spec.with_beta(high), max_rounds, tol).alignment
+        a_low = fixed_point(spec.with_beta(low), max_rounds, tol).alignment
+        influence[:, j] = (a_high - a_low) / (high[j] - low[j])
+    return influence
+
+
+def chord_effect(spec: LoopSpec, model: int, beta_low: float, beta_high: float, max_rounds: int = 2000,
+                 tol: float = 1e-13) -> np.ndarray:
+    """(A*(beta_model = high) - A*(beta_model = low)) / (high - low) for every model: the finite
+    (large-step) derivative that the sampled experiment can estimate (acceptance check (b)3)."""
+    return (_alignment_at(spec, model, beta_high, max_rounds, tol)
+            - _alignment_at(spec, model, beta_low, max_rounds, tol)) / (beta_high - beta_low)
+
+
+def _alignment_at(spec: LoopSpec, model: int, beta: float, max_rounds: int, tol: float) -> np.ndarray:
+    betas = spec.beta.copy()
+    betas[model] = beta
+    return fixed_point(spec.with_beta(betas), max_rounds, tol).alignment
+
+
+# ------------------------------------------------------------------------------------------------
+# Finite-K Bradley-Terry curation and the sample-based loop
+# ------------------------------------------------------------------------------------------------
+
+def bradley_terry_pick(rewards: np.ndarray, beta: float, rng: np.random.Generator) -> np.ndarray:
+    """Index of the kept candidate per row: P(k) = softmax_k(beta r_k) (Ferbach et al., eq. BT).
+
+    Sampled by the Gumbel-max trick: argmax_k(beta r_k + G_k), G_k ~ Gumbel(0, 1) i.i.d., drawn as
+    G = -log E with E ~ Exp(1) in float32 (half the cost of float64 Gumbel draws; this is the hot loop).
+    """
+    exponential = rng.standard_exponential(rewards.shape, dtype=np.float32)
+    # float32 draws can be exactly 0; log(0) = -inf would force that candidate.
+    log_exponential = np.log(np.maximum(exponential, np.finfo(np.float32).tiny))
+    return np.argmax(beta * rewards - log_exponential, axis=1)
+
+
+def curate_gaussian(mean: np.ndarray, var: float, beta: float, target: np.ndarray, n_candidates: int,
+                    rng: np.random.Generator) -> np.ndarray:
+    """One Bradley-Terry curation step per row: K candidates y_k ~ N(mean, var) (``mean`` and
+    ``target`` are per-row, shape (n,)), reward -(y - target)^2 / 2; returns the kept y (n,)."""
+    if beta == 0.0:  # a uniform choice among i.i.d. candidates is one plain draw
+        return mean + np.sqrt(var) * rng.standard_normal(mean.shape[0])
+    # Candidates relative to the reward's centre, in float32 (the K x n draws dominate the run time).
+    offset = (mean - target).astype(np.float32)
+    noise = rng.standard_normal((mean.shape[0], n_candidates), dtype=np.float32)
+    relative = offset[:, None] + np.float32(np.sqrt(var)) * noise
+    picked = bradley_terry_pick(-0.5 * relative**2, beta, rng)
+    return target + relative[np.arange(mean.shape[0]), picked].astype(np.float64)
+
+
+@dataclass(frozen=True)
+class RealData:
+    """A finite real data set: features phi (n, d) and responses y (n,); subsampled every round."""
+
+    phi: np.ndarray
+    y: np.ndarray
+
+
+def unconditional_real_data(size: int, mean: float, var: float, rng: np.random.Generator) -> RealData:
+    return RealData(np.ones((size, 1)), mean + np.sqrt(var) * rng.standard_normal(size))
+
+
+def conditional_real_data(size: int, theta: np.ndarray, var: float, rng: np.random.Generator) -> RealData:
+    phi = rng.standard_normal((size, theta.size))
+    return RealData(phi, phi @ theta + np.sqrt(var) * rng.standard_normal(size))
+
+
+def draw_features(dim: int, size: int, rng: np.random.Generator) -> np.ndarray:
+    """phi(x) for fresh prompts: the constant 1 in the unconditional case, x ~ N(0, I) otherwise."""
+    return np.ones((size, 1)) if dim == 1 else rng.standard_normal((size, dim))
+
+
+Refit = Callable[[int, np.ndarray, np.ndarray], tuple[np.ndarray, float]]
+
+
+def least_squares_refit(_model: int, phi: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, float]:
+    """Gaussian MLE of y | phi ~ N(theta^T phi, v): least squares and the mean squared residual."""
+    theta, *_ = np.linalg.lstsq(phi, y, rcond=None)
+    residual = y - phi @ theta
+    return theta, float(np.mean(residual**2))
+
+
+def training_mixture(spec: LoopSpec, model: int, pools: list[tuple[np.ndarray, np.ndarray]], real: RealData,
+                     n_samples: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+    """D_i: round(lambda_i n) real pairs and round(W_ij n) of model j's curated pairs, each drawn
+    without replacement from its pool (every generator publishes n curated pairs per round)."""
+    parts_phi, parts_y = [], []
+    n_real = int(round(spec.real_share[model] * n_samples))
+    if n_real:
+        idx = rng.choice(real.y.size, size=n_real, replace=False)
+        parts_phi.append(real.phi[idx])
+        parts_y.append(real.y[idx])
+    for source, (phi, y) in enumerate(pools):
+        count = int(round(spec.mixing[model, source] * n_samples))
+        if count:
+            idx = rng.choice(y.size, size=min(count, y.size), replace=False)
+            parts_phi.append(phi[idx])
+            parts_y.append(y[idx])
+    return np.concatenate(parts_phi), np.concatenate(parts_y)
+
+
+def curated_pools(spec: LoopSpec, theta: np.ndarray, v: np.ndarray, n_candidates: int, n_samples: int,
+                  rng: np.random.Generator, generate: Callable[[int, np.ndarray], np.ndarray] | None = None
+                  ) -> list[tuple[np.ndarray, np.ndarray]]:
+    """Every generator's curated output of one round: n prompts, K candidates each, one kept."""
+    pools = []
+    for j in range(spec.n_models):
+        if spec.mixing[:, j].sum() == 0:
+            pools.append((np.zeros((0, spec.dim)), np.zeros(0)))  # nobody trains on model j
+            continue
+        phi = draw_features(spec.dim, n_samples, rng)
+        mean = phi @ theta[j] if generate is None else generate(j, phi)
+        kept = curate_gaussian(mean, float(v[j]), float(spec.beta[j]), phi @ spec.targets[j], n_candidates, rng)
+        pools.append((phi, kept))
+    return pools
+
+
+def iterate_sampled(spec: LoopSpec, rounds: int, n_candidates: int, n_samples: int, real: RealData,
+                    rng: np.random.Generator, refit: Refit = least_squares_refit) -> Trajectory:
+    """The sample-based loop: finite-K Bradley-Terry curation, n curated samples per model per round,
+    MLE refit of each model on its mixture. Starts at the real-data state of ``spec``."""
+    theta, v = real_data_state(spec)
+    thetas, vs = [theta], [v]
+    for _ in range(rounds):
+        pools = curated_pools(spec, theta, v, n_candidates, n_samples, rng)
+        fits = [refit(i, *training_mixture(spec, i, pools, real, n_samples, rng)) for i in range(spec.n_models)]
+        theta = np.stack([f[0] for f in fits])
+        v = np.array([f[1] for f in fits])
+        thetas.append(theta)
+        vs.append(v)
+    theta_arr, v_arr = np.stack(thetas), np.stack(vs)
+    return Trajectory(theta_arr, v_arr, alignment(theta_arr, v_arr, spec.targets[None]))
+
+
+def stationary_alignment(trajectory: Trajectory, burn_in: int) -> np.ndarray:
+    """A_i at the (noisy) fixed point: the mean of A_i(t) over the rounds after ``burn_in``."""
+    return trajectory.alignment[burn_in + 1:].mean(axis=0)
+
+
+def curated_moments(mean: float, var: float, beta: float, target: float, n_candidates: int, draws: int,
+                    rng: np.random.Generator, chunk: int = 50_000) -> tuple[float, float]:
+    """Mean and variance of one finite-K curation step from N(mean, var) (acceptance check (a)5)."""
+    kept = []
+    for start in range(0, draws, chunk):
+        size = min(chunk, draws - start)
+        kept.append(curate_gaussian(np.full(size, mean), var, beta, np.full(size, target), n_candidates, rng))
+    values = np.concatenate(kept)
+    return float(values.mean()), float(values.var())
+
+
+# ------------------------------------------------------------------------------------------------
+# Neural refit (brief, "Models": optional neural variant) on the conditional task
+# ------------------------------------------------------------------------------------------------
+
+class NeuralGaussian:
+    """y | x ~ N(f(x), exp(log_var)): a 2-layer tanh MLP mean and one learned log-variance.
+
+    The output layer starts at zero and the log-variance at log(real_var), so a fresh model is the
+    real-data state of a loop whose real coefficients are zero (f = 0). Refits warm-start from the
+    previous round's weights, as retraining a deployed generator would.
+    """
+
+    def __init__(self, dim: int, hidden: int, real_var: float, seed: int) -> None:
+        import torch
+
+        from tasks.common.seeding import torch_init_seed
+
+        with torch_init_seed(seed):
+            self.net = torch.nn.Sequential(torch.nn.Linear(dim, hidden), torch.nn.Tanh(),
+                                           torch.nn.Linear(hidden, hidden), torch.nn.Tanh(),
+                                           torch.nn.Linear(hidden, 1))
+        torch.nn.init.zeros_(self.net[-1].weight)
+        torch.nn.init.zeros_(self.net[-1].bias)
+        self.log_var = torch.nn.Parameter(torch.tensor(float(np.log(real_var))))
+
+    def parameters(self) -> list:
+        return [*self.net.parameters(), self.log_var]
+
+    def mean(self, phi: np.ndarray) -> np.ndarray:
+        import torch
+
+        with torch.no_grad():
+            return self.net(torch.from_numpy(phi).float()).squeeze(-1).double().numpy()
+
+    @property
+    def variance(self) -> float:
+        return float(np.exp(self.log_var.detach().item()))
+
+    def fit(self, phi: np.ndarray, y: np.ndarray, steps: int, lr: float) -> float:
+        """Full-batch Adam on the Gaussian negative log-likelihood; returns the final NLL."""
+        import torch
+
+        # float32: about twice as fast as float64 on CPU, and the loop's noise is far above its error.
+        inputs, targets = torch.from_numpy(phi).float(), torch.from_numpy(y).float()
+        optimizer = torch.optim.Adam(self.parameters(), lr=lr)
+        loss = torch.tensor(float("nan"))
+        for _ in range(steps):
+            residual = targets - self.net(inputs).squeeze(-1)
+            loss = 0.5 * (self.log_var + residual.pow(2).mean() * torch.exp(-self.log_var))
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            optimizer.step()
+        return float(loss.detach())
+
+    def alignment(self, phi_eval: np.ndarray, target: np.ndarray) -> float:
+        """A = -(E_x (f(x) - a^T x)^2 + v) / 2 on a fixed evaluation sample of inputs."""
+        return -(float(np.mean((self.mean(phi_eval) - phi_eval @ target) ** 2)) + self.variance) / 2.0
+
+
+def iterate_neural(spec: LoopSpec, rounds: int, n_candidates: int, n_samples: int, real: RealData,
+                   rng: np.random.Generator, hidden: int, steps: int, lr: float, seed: int, eval_size: int = 4096,
+                   progress: Callable[[int], None] | None = None) -> tuple[np.ndarray, list[NeuralGaussian]]:
+    """The sample-based loop of ``iterate_sampled`` with neural generators on the conditional task.
+
+    Returns the alignment trajectory (rounds + 1, N) and the final models.
+    """
+    if np.any(spec.real_theta != 0):
+        raise ValueError("iterate_neural: the neural generators start at f = 0, so real_theta must be 0")
+    models = [NeuralGaussian(spec.dim, hidden, spec.real_var, seed * 100 + i) for i in range(spec.n_models)]
+    phi_eval = draw_features(spec.dim, eval_size, rng)
+
+    def current_alignment() -> np.ndarray:
+        return np.array([mdl.alignment(phi_eval, spec.targets[i]) for i, mdl in enumerate(models)])
+
+    history = [current_alignment()]
+    for round_index in range(rounds):
+        v = np.array([mdl.variance for mdl in models])
+        pools = curated_pools(spec, np.zeros((spec.n_models, spec.dim)), v, n_candidates, n_samples, rng,
+                              generate=lambda j, phi: models[j].mean(phi))
+        for i, mdl in enumerate(models):
+            mdl.fit(*training_mixture(spec, i, pools, real, n_samples, rng), steps=steps, lr=lr)
+        history.append(current_alignment())
+        if progress is not None:
+            progress(round_index + 1)
+    return np.stack(history), models

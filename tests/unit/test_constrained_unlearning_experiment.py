@@ -1,0 +1,157 @@
+"""constrained_unlearning outside the core math: the params fragment, the data phase and its checks,
+run_seed at the smoke profile (every claim's metric present), figures from its results, paper-profile loaders."""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+
+import numpy as np
+import polars as pl
+import pytest
+import torch
+
+from tasks.common.claims import load_claims
+from tasks.common.params import ParamsError, params_section, validate_paper_section
+from tasks.constrained_unlearning import data, experiment, figures
+from tasks.constrained_unlearning.config import CONFIG
+
+TASK_DIR = Path(__file__).resolve().parents[2] / "tasks" / "constrained_unlearning"
+SLUG = "constrained_unlearning"
+
+
+def fragment() -> dict:
+    return params_section("constrained_unlearning")
+
+
+def smoke_config():
+    return CONFIG.model_validate(fragment()["smoke"])
+
+
+def test_fragment_validates_every_profile():
+    configs = validate_paper_section(SLUG, fragment())
+    assert set(configs) == {"smoke", "cpu", "paper"}
+    assert configs["cpu"].ddpm is not None and configs["paper"].hub is not None
+    assert configs["cpu"].device == "auto"
+
+
+@pytest.mark.parametrize("path,value,message", [
+    (("cpu", "ddpm", "layers"), 0, "constrained_unlearning.cpu.ddpm.layers"),
+    (("smoke", "grid", "dual_lr", "lu"), -1.0, "constrained_unlearning.smoke.grid.dual_lr.lu"),
+    (("cpu", "mixture", "close_offset"), 0.5, "close_offset"),
+    (("cpu", "baselines", "esd_eta"), [0.1, -1.0], "esd_eta"),
+    (("cpu", "mixture", "surprise"), 1, "unknown key"),
+    (("cpu", "device"), "tpu", "constrained_unlearning.cpu.device"),
+])
+def test_bad_values_name_the_key(path, value, message):
+    section = copy.deepcopy(fragment())
+    node = section
+    for key in path[:-1]:
+        node = node[key]
+    node[path[-1]] = value
+    with pytest.raises(ParamsError, match=message.replace(".", r"\.")):
+        validate_paper_section(SLUG, section)
+
+
+def test_unlearning_without_a_ddpm_section_is_rejected():
+    raw = fragment()["smoke"]
+    raw.pop("ddpm")
+    with pytest.raises(ValueError, match="need a ddpm section"):
+        CONFIG.model_validate(raw)
+
+
+def test_mixture_table_is_seeded_and_well_formed():
+    cfg = smoke_config().mixture
+    first, again, other = (data.mixture_table(cfg, s) for s in (0, 0, 1))
+    assert first.equals(again) and not first.equals(other)
+    assert first["role"].to_list().count("forget") == 1 and first["role"].to_list()[-1] == "close"
+    assert first["weight"].sum() == pytest.approx(1.0)
+    q, forget, close = data.mixture_from_table(first)
+    assert np.linalg.norm(close - forget.means[0]) == pytest.approx(cfg.close_offset)
+    assert np.linalg.norm(forget.means[0]) == pytest.approx(cfg.ring_radius)
+
+
+@pytest.fixture(scope="module")
+def smoke_run(tmp_path_factory):
+    torch.set_num_threads(1)
+    root = tmp_path_factory.mktemp("cu")
+    cfg = smoke_config()
+    written = experiment.write_data(cfg, (0,), root / "data")
+    result = experiment.run_seed(cfg, 0, root / "data", root / "models")
+    return cfg, root, written, result
+
+
+def test_write_data_outputs(smoke_run):
+    cfg, root, written, _ = smoke_run
+    assert sorted(p.name for p in written) == ["mixture_seed0.parquet", "train_seed0.parquet"]
+    assert pl.read_parquet(root / "data" / "train_seed0.parquet").height == cfg.mixture.n_train
+    assert not [p for p in (root / "data").iterdir() if p.name.endswith(".partial")]
+
+
+def test_run_seed_returns_every_claim_metric(smoke_run):
+    _, root, _, result = smoke_run
+    assert result["seed"] == 0
+    claims = load_claims(TASK_DIR / "claims.yaml")
+    needed = {c.metric for c in claims if c.metric is not None}
+    assert needed <= set(result["metrics"]), needed - set(result["metrics"])
+    assert all(isinstance(v, float) for v in result["metrics"].values())
+    assert {"tradeoff", "samples"} <= set(result["tables"])
+    weights = sorted(p.name for p in (root / "models" / "seed0").iterdir())
+    assert weights == ["pretrained.safetensors"] + [f"unlearned_{f}.safetensors" for f in ("fu", "lu", "ru")]
+
+
+def test_smoke_exact_claims_hold(smoke_run):
+    """Stage A is exact at every profile: the smoke run must already satisfy its checks."""
+    metrics = smoke_run[3]["metrics"]
+    for f in ("ru", "fu", "lu"):
+        assert metrics[f"a_{f}_tv_to_closed_form"] < 1e-3
+        assert metrics[f"a_{f}_lambda_rel_error"] < 0.01
+        assert metrics[f"a_{f}_min_lambda"] >= 0
+    assert metrics["a_lu_over_ru_retained_kl"] < 0.5
+    assert metrics["c6_esd_eta_at_lambda_two_thirds"] == pytest.approx(2.0)
+
+
+def test_run_seed_is_deterministic(smoke_run, tmp_path):
+    cfg, root, _, result = smoke_run
+    again = experiment.run_seed(cfg, 0, root / "data", tmp_path / "models")
+    same = {k: v for k, v in result["metrics"].items() if not k.startswith("seconds_")}
+    np.testing.assert_equal(same, {k: v for k, v in again["metrics"].items() if not k.startswith("seconds_")})
+    assert result["tables"]["tradeoff"] == again["tables"]["tradeoff"]
+
+
+def test_figures_build_from_results(smoke_run, tmp_path):
+    cfg, _, _, result = smoke_run
+    other = copy.deepcopy(result) | {"seed": 1}
+    made = figures.make_figures(cfg, [result, other], tmp_path / "figures", tmp_path / "plots")
+    names = sorted(p.name for p in made)
+    assert names == ["lambda_trajectories.csv", "lambda_trajectories.png", "samples.png", "tradeoff.csv",
+                     "tradeoff.png"]
+    assert all(p.stat().st_size > 0 for p in made)
+    assert pl.read_csv(tmp_path / "plots" / "tradeoff.csv")["seed"].unique().sort().to_list() == [0, 1]
+
+
+def test_stale_data_is_rejected_naming_the_key(smoke_run, tmp_path):
+    cfg, root, _, _ = smoke_run
+    changed = cfg.model_copy(update={"mixture": cfg.mixture.model_copy(update={"ring_radius": 3.0})})
+    with pytest.raises(ValueError, match="`mixture`"):
+        experiment.run_seed(changed, 0, root / "data", tmp_path)
+    fewer = cfg.model_copy(update={"mixture": cfg.mixture.model_copy(update={"n_train": 500})})
+    with pytest.raises(ValueError, match="mixture.n_train"):
+        experiment.run_seed(fewer, 0, root / "data", tmp_path)
+    with pytest.raises(FileNotFoundError, match="data phase"):
+        experiment.run_seed(cfg, 7, root / "data", tmp_path)
+
+
+def test_paper_profile_loader_without_diffusers_says_what_to_install(monkeypatch):
+    import builtins
+
+    real_import = builtins.__import__
+
+    def no_diffusers(name, *args, **kwargs):
+        if name == "diffusers":
+            raise ImportError("no diffusers")
+        return real_import(name, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "__import__", no_diffusers)
+    with pytest.raises(ImportError, match="pip install diffusers peft"):
+        data.load_diffusion_pipeline("CompVis/stable-diffusion-v1-4")

@@ -1,0 +1,328 @@
+"""Deterministic checks of the constrained-unlearning library (brief constrained_unlearning.md, acceptance (a)).
+
+Every check has a negative control: a deliberately broken variant that must fail the same check.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from tasks.common.params import params_section
+from tasks.constrained_unlearning import baselines, data, diffusion, method
+from tasks.constrained_unlearning.config import CONFIG
+from tasks.constrained_unlearning.mixture import GaussianMixture, single_gaussian
+
+
+def cpu_config():
+    return CONFIG.model_validate(params_section("constrained_unlearning")["cpu"])
+
+
+def gaussian_1d(points: np.ndarray, mean: float, std: float) -> np.ndarray:
+    return np.exp(-(points - mean) ** 2 / (2 * std**2)) / (std * math.sqrt(2 * math.pi))
+
+
+@pytest.fixture(scope="module")
+def reference():
+    """The brief's 1-D problem: lambda* and targets of the three formulations at 5% and 1% forget mass."""
+    problem, far = data.reference_problem_1d()
+    out = {"problem": problem, "far": far, "q": method.normalise(problem.q, problem.cell)}
+    for mass_target in (0.05, 0.01):
+        for f in method.FORMULATIONS:
+            lam = method.lambda_for_forget_mass(f, problem, mass_target)
+            out[f, mass_target] = (lam, method.target(f, problem, lam))
+    return out
+
+
+def retained(reference, f: str, mass_target: float = 0.05) -> float:
+    problem = reference["problem"]
+    return method.retained_kl(reference[f, mass_target][1], reference["q"], problem.forget_mask, problem.cell)
+
+
+# ------------------------------------------------------------------------------------------------
+# (a)1 ESD correspondence
+# ------------------------------------------------------------------------------------------------
+
+def test_esd_correspondence_eta_two_is_lambda_two_thirds():
+    assert method.eta_from_lambda(2 / 3) == pytest.approx(2.0, abs=1e-12)
+    assert method.lambda_from_eta(2.0) == pytest.approx(2 / 3, abs=1e-12)
+    for lam in (0.0, 0.1, 0.5, 0.9):
+        assert method.lambda_from_eta(method.eta_from_lambda(lam)) == pytest.approx(lam, abs=1e-12)
+    # Negative control: the naive "eta = lambda" reading does not give ESD's eta = 2.
+    assert abs(2 / 3 - 2.0) > 1.0
+    with pytest.raises(ValueError, match=r"\[0, 1\)"):
+        method.eta_from_lambda(1.0)
+
+
+# ------------------------------------------------------------------------------------------------
+# (a)2 RU score identity and FU recovery of q_r
+# ------------------------------------------------------------------------------------------------
+
+def _fd_score(log_density: np.ndarray, step: float) -> np.ndarray:
+    return np.gradient(log_density, step)
+
+
+@pytest.mark.parametrize("lam", [0.0376, 0.3, 2 / 3])
+def test_ru_score_identity_on_a_1d_grid(reference, lam):
+    problem = reference["problem"]
+    step = 24.0 / (len(problem.log_q) - 1)
+    log_p = np.log(method.ru_target(problem, lam))
+    composed = method.ru_score(_fd_score(problem.log_q, step), _fd_score(problem.log_qu, step), lam)
+    support = np.isfinite(log_p)
+    assert np.max(np.abs(_fd_score(log_p, step)[support] - composed[support])) < 1e-6
+    # Negative control: dropping the 1/(1 - lambda) exponent breaks the identity.
+    wrong = problem.log_q - lam * problem.log_qu
+    if lam > 0:
+        assert np.max(np.abs(_fd_score(wrong, step) - composed)) > 1e-3
+
+
+def test_fu_recovers_the_retained_distribution():
+    grid = method.Grid.regular(-10, 10, 4001, 1)
+    x = grid.points[:, 0]
+    q_r = 0.5 * gaussian_1d(x, -3, 0.8) + 0.5 * gaussian_1d(x, 4, 0.6)
+    q_u = gaussian_1d(x, 1, 0.5)
+    q = 0.9 * q_r + 0.1 * q_u
+    problem = method.GridProblem(np.log(q), np.log(q_u), grid.cell, np.abs(x - 1) < 1.0)
+    q_r = method.normalise(q_r, grid.cell)
+    assert method.tv_distance(method.fu_target(problem, 0.1), q_r, grid.cell) < 1e-10
+    # Negative control: a lambda other than the mixture weight leaves some q_u in.
+    assert method.tv_distance(method.fu_target(problem, 0.05), q_r, grid.cell) > 1e-3
+
+
+# ------------------------------------------------------------------------------------------------
+# (a)3 LU at lambda = 0, monotone forget mass
+# ------------------------------------------------------------------------------------------------
+
+def test_lu_at_zero_lambda_is_q(reference):
+    problem = reference["problem"]
+    np.testing.assert_allclose(method.lu_target(problem, 0.0), reference["q"], rtol=1e-12, atol=1e-15)
+    # Negative control: any positive lambda changes it.
+    assert method.tv_distance(method.lu_target(problem, 0.5), reference["q"], problem.cell) > 1e-3
+
+
+@pytest.mark.parametrize("formulation,lams", [("ru", np.linspace(0, 0.9, 12)), ("fu", np.linspace(0, 0.24, 12)),
+                                              ("lu", np.linspace(0, 30, 12))])
+def test_forget_mass_strictly_decreasing_in_lambda(reference, formulation, lams):
+    problem = reference["problem"]
+    masses = [method.mass(method.target(formulation, problem, lam), problem.forget_mask, problem.cell) for lam in lams]
+    assert np.all(np.diff(masses) < 0)
+    # Negative control: the LU target with the wrong sign, q exp(+lambda q_u), increases the forget mass.
+    wrong = [method.mass(method.normalise_log(problem.log_q + lam * problem.qu, problem.cell), problem.forget_mask,
+                         problem.cell) for lam in np.linspace(0, 30, 12)]
+    assert not np.all(np.diff(wrong) < 0)
+
+
+# ------------------------------------------------------------------------------------------------
+# (a)4 Grid KL
+# ------------------------------------------------------------------------------------------------
+
+def test_grid_kl_exact_values():
+    grid = method.Grid.regular(-15, 15, 30001, 1)
+    x = grid.points[:, 0]
+    p = gaussian_1d(x, 0, 1)
+    assert method.kl_density(p, np.log(gaussian_1d(x, 1, 1)), grid.cell) == pytest.approx(0.5, abs=1e-4)
+    assert method.kl_density(p, np.log(p), grid.cell) == 0.0
+    # Negative control: a different variance is not 0.5 nats away.
+    assert abs(method.kl_density(p, np.log(gaussian_1d(x, 1, 2)), grid.cell) - 0.5) > 1e-2
+
+
+# ------------------------------------------------------------------------------------------------
+# (a)5 The 1-D reference values
+# ------------------------------------------------------------------------------------------------
+
+def test_reference_lambda_star(reference):
+    assert reference["ru", 0.05][0] == pytest.approx(0.0376, rel=0.01)
+    assert reference["fu", 0.05][0] == pytest.approx(0.209, rel=0.01)
+    assert reference["lu", 0.05][0] == pytest.approx(4.89, rel=0.01)
+    # Negative control: RU without the 1/(1 - lambda) exponent needs a different lambda.
+    problem = reference["problem"]
+
+    def wrong_gap(lam: float) -> float:
+        p = method.normalise_log(problem.log_q - lam * problem.log_qu, problem.cell)
+        return method.mass(p, problem.forget_mask, problem.cell) - 0.05
+
+    from scipy.optimize import brentq
+
+    assert abs(brentq(wrong_gap, 0, 0.99) / 0.0376 - 1) > 0.01
+
+
+def test_reference_retained_kl(reference):
+    ru, fu, lu = (retained(reference, f) for f in method.FORMULATIONS)
+    assert ru == pytest.approx(0.52, rel=0.05)
+    assert lu < 5e-4
+    assert lu < 0.5 * fu
+    assert fu < ru
+    assert retained(reference, "ru", 0.01) > 1.0
+    assert retained(reference, "lu", 0.01) < 0.002
+    problem = reference["problem"]
+    assert method.mass(reference["ru", 0.05][1], reference["far"], problem.cell) == pytest.approx(0.69, abs=0.01)
+    # Negative control: the KL taken on the whole line (no renormalisation on the retained region) is not 0.52.
+    whole = method.kl_density(reference["ru", 0.05][1], np.log(reference["q"]), problem.cell)
+    assert abs(whole / 0.52 - 1) > 0.05
+
+
+# ------------------------------------------------------------------------------------------------
+# (a)6 Primal-dual on the 2-D grid
+# ------------------------------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def grid_2d():
+    cfg = cpu_config()
+    q, forget, close = data.mixture_from_table(data.mixture_table(cfg.mixture, seed=0))
+    grid, problem = data.grid_problem(q, forget, cfg.grid)
+    return cfg, grid, problem, close
+
+
+def _closed_form(problem, f, mass_target):
+    lam = method.lambda_for_forget_mass(f, problem, mass_target)
+    p = method.target(f, problem, lam)
+    return lam, p, method.constraint_value(f, p, problem)
+
+
+@pytest.mark.parametrize("formulation", method.FORMULATIONS)
+def test_primal_dual_grid_recovers_the_closed_form(grid_2d, formulation):
+    cfg, _, problem, _ = grid_2d
+    lam_star, p_star, bound = _closed_form(problem, formulation, cfg.grid.target_forget_mass)
+    dual_lr = getattr(cfg.grid.dual_lr, formulation)
+    run = method.primal_dual_grid(formulation, problem, bound, cfg.grid.iterations, cfg.grid.primal_step, dual_lr)
+    assert method.tv_distance(run.p, p_star, problem.cell) < 1e-3
+    assert abs(run.lam - lam_star) / lam_star < 0.01
+    assert abs(run.slack) < 1e-3
+    assert min(run.lambdas) >= 0
+    assert method.mass(run.p, problem.forget_mask, problem.cell) == pytest.approx(0.05, abs=1e-4)
+    # Negative control: a dual step with the wrong sign never satisfies the constraint.
+    wrong = method.primal_dual_grid(formulation, problem, bound, cfg.grid.iterations, cfg.grid.primal_step, dual_lr,
+                                    dual_update=lambda lam, g, lr: max(0.0, lam - lr * g))
+    assert abs(wrong.slack) > 1e-3
+
+
+def test_lu_retains_better_than_ru_at_matched_forget_mass(grid_2d):
+    cfg, _, problem, close = grid_2d
+    q = method.normalise(problem.q, problem.cell)
+    kls = {f: method.retained_kl(_closed_form(problem, f, 0.05)[1], q, problem.forget_mask, problem.cell)
+           for f in ("ru", "lu")}
+    assert kls["lu"] < 0.5 * kls["ru"]
+    # Negative control: at zero unlearning (lambda = 0) the two coincide, so the strict check fails.
+    zero = {f: method.retained_kl(method.target(f, problem, 0.0), q, problem.forget_mask, problem.cell)
+            for f in ("ru", "lu")}
+    assert not zero["lu"] < 0.5 * zero["ru"]
+
+
+def test_lambda_for_forget_mass_rejects_unreachable_targets(reference):
+    with pytest.raises(ValueError, match="target forget mass must be in"):
+        method.lambda_for_forget_mass("lu", reference["problem"], 0.5)
+
+
+def test_ru_target_rejects_lambda_sum_at_least_one(reference):
+    problem = reference["problem"]
+    with pytest.raises(ValueError, match="sum\\(lambda\\) < 1"):
+        method.ru_log_target(problem.log_q, np.stack([problem.log_qu, problem.log_qu]), [0.6, 0.5])
+
+
+def test_multi_constraint_targets_reduce_to_single(reference):
+    problem = reference["problem"]
+    two = np.stack([problem.log_qu, problem.log_qu])
+    np.testing.assert_allclose(method.ru_log_target(problem.log_q, two, [0.1, 0.1]),
+                               method.ru_log_target(problem.log_q, problem.log_qu, 0.2), atol=1e-12)
+    np.testing.assert_allclose(method.lu_log_target(problem.log_q, np.exp(two), [1.0, 2.0]),
+                               method.lu_log_target(problem.log_q, problem.qu, 3.0), atol=1e-12)
+
+
+# ------------------------------------------------------------------------------------------------
+# Sample-based pieces of Stage B
+# ------------------------------------------------------------------------------------------------
+
+def test_importance_weights_are_the_density_ratio():
+    rng = np.random.default_rng(0)
+    q = GaussianMixture(np.array([[0.0, 0.0], [3.0, 0.0]]), np.array([0.5, 0.5]), 0.5)
+    forget = single_gaussian(np.array([3.0, 0.0]), 0.5)
+    x = q.sample(500, rng)
+    log_q, log_qu = q.log_density(x), forget.log_density(x)
+    np.testing.assert_allclose(method.importance_weights("lu", log_q, log_qu, 0.0), 1.0, rtol=1e-12)
+    w = method.importance_weights("lu", log_q, log_qu, 2.0)
+    expected = np.exp(-2.0 * np.exp(log_qu))
+    np.testing.assert_allclose(w, expected * len(x) / expected.sum(), rtol=1e-10)
+    # FU at lambda = the forget weight: the weights are the retained component's share, 0.5 N_0 / q.
+    w_fu = method.importance_weights("fu", log_q, log_qu, 0.5)
+    retained_share = 0.5 * single_gaussian(np.zeros(2), 0.5).density(x) / np.exp(log_q)
+    np.testing.assert_allclose(w_fu, retained_share * len(x) / retained_share.sum(), rtol=1e-6, atol=1e-9)
+    # Negative control: the LU weights at the same lambda are not the retained share.
+    assert not np.allclose(method.importance_weights("lu", log_q, log_qu, 0.5), w_fu, rtol=1e-2)
+    assert method.importance_weights("ru", log_q, log_qu, 0.1).mean() == pytest.approx(1.0)
+
+
+def test_knn_estimators_match_gaussian_closed_forms():
+    rng = np.random.default_rng(0)
+    a = rng.standard_normal((4000, 2))
+    b = 1.0 + rng.standard_normal((4000, 2))
+    entropy = math.log(2 * math.pi * math.e)  # N(0, I_2)
+    assert method.knn_entropy(a, 5) == pytest.approx(entropy, abs=0.05)
+    assert method.knn_kl(a, b, 5) == pytest.approx(1.0, abs=0.1)  # KL = |mu|^2 / 2 = 1
+    # Negative control: identical distributions give (nearly) zero, not 1.
+    assert abs(method.knn_kl(a, rng.standard_normal((4000, 2)), 5)) < 0.1
+
+
+def test_sample_constraint_values_on_exact_samples():
+    rng = np.random.default_rng(1)
+    forget = single_gaussian(np.array([2.0, 0.0]), 0.5)
+    model = rng.standard_normal((3000, 2))  # p = N(0, I)
+    # KL(N(0, I) || N(m, s^2 I)) = 0.5 * (d/s^2 + |m|^2/s^2 - d + d log s^2), d = 2
+    exact_kl = 0.5 * (2 / 0.25 + 4 / 0.25 - 2 + 2 * math.log(0.25))
+    value = method.sample_constraint_value("ru", model, forget.log_density, forget.sample(3000, rng))
+    assert value == pytest.approx(exact_kl, rel=0.02)
+    lu = method.sample_constraint_value("lu", model, forget.log_density, forget.sample(10, rng))
+    assert lu == pytest.approx(float(np.mean(forget.density(model))), rel=1e-12)
+
+
+def test_noised_mixture_score_matches_finite_differences():
+    q = GaussianMixture(np.array([[0.0, 0.0], [2.0, 1.0]]), np.array([0.3, 0.7]), 0.4)
+    abar = 0.6
+    noised = GaussianMixture(q.means * math.sqrt(abar), q.weights, math.sqrt(abar * 0.16 + 1 - abar))
+    x = np.array([[0.3, -0.2], [1.5, 1.1]])
+    h = 1e-5
+    fd = np.stack([(noised.log_density(x + h * e) - noised.log_density(x - h * e)) / (2 * h)
+                   for e in np.eye(2)], axis=1)
+    score = q.noised_score_torch(torch.tensor(x), torch.full((2,), abar, dtype=torch.float64)).numpy()
+    np.testing.assert_allclose(score, fd, atol=1e-6)
+
+
+def test_histogram_retained_kl_floor_and_shift():
+    rng = np.random.default_rng(0)
+    a, b = rng.standard_normal((4000, 2)), rng.standard_normal((8000, 2))
+    same = method.histogram_retained_kl(a, b, np.array([5.0, 5.0]), 0.5, 16, 4.0)
+    shifted = method.histogram_retained_kl(a + [1.5, 0.0], b, np.array([5.0, 5.0]), 0.5, 16, 4.0)
+    assert same < 0.05  # sampling floor of 4000 vs 8000 samples on 16 x 16 bins (about 0.035)
+    assert shifted > 0.5
+
+
+def test_esd_target_and_loss_mixing_reduce_to_the_plain_objectives():
+    schedule = diffusion.NoiseSchedule.linear(10)
+    model = diffusion.build_model(8, 1, 4, 10, seed=0)
+    forget = single_gaussian(np.array([1.0, 0.0]), 0.5)
+    x_t = torch.randn((6, 2), generator=torch.Generator().manual_seed(0))
+    t = torch.arange(6) % 10
+    torch.testing.assert_close(baselines.esd_epsilon_target(model, forget, schedule, x_t, t, 0.0), model(x_t, t))
+    guided = baselines.esd_epsilon_target(model, forget, schedule, x_t, t, 2.0)
+    assert not torch.allclose(guided, model(x_t, t))
+    pool = torch.randn((32, 2), generator=torch.Generator().manual_seed(1))
+    mixed = baselines.loss_mixing_loss(model, schedule, pool, pool, 0.0, 16)(torch.Generator().manual_seed(3))
+    plain_gen = torch.Generator().manual_seed(3)
+    plain = diffusion.dsm_loss(model, pool[torch.randint(0, 32, (16,), generator=plain_gen)], schedule, plain_gen)
+    torch.testing.assert_close(mixed, plain)
+
+
+def test_dsm_weights_of_one_equal_the_plain_loss_and_weights_round_trip(tmp_path):
+    schedule = diffusion.NoiseSchedule.linear(20)
+    model = diffusion.build_model(16, 2, 8, 20, seed=1)
+    x0 = torch.randn((64, 2), generator=torch.Generator().manual_seed(0))
+    plain = diffusion.dsm_loss(model, x0, schedule, torch.Generator().manual_seed(5))
+    weighted = diffusion.dsm_loss(model, x0, schedule, torch.Generator().manual_seed(5), torch.full((64,), 3.0))
+    torch.testing.assert_close(plain, weighted)
+    path = diffusion.save_weights(model, tmp_path / "m.safetensors")
+    twin = diffusion.load_weights(diffusion.build_model(16, 2, 8, 20, seed=2), path)
+    t0 = torch.zeros(64, dtype=torch.long)
+    torch.testing.assert_close(twin(x0, t0), model(x0, t0))
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["m.safetensors"]

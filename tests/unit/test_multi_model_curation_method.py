@@ -1,0 +1,310 @@
+"""Deterministic checks of the multi-model curation library (brief multi_model_curation.md,
+acceptance section (a)), each with a negative control that must fail the same check."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from tasks.multi_model_curation import baselines, method
+
+SPECS = method.canonical_specs()
+# Brief, "Canonical configs (analytic reference values, 2,000 rounds)".
+REFERENCE = {
+    ("isolated", 5.0): [-0.568],
+    ("dampen", 5.0): [-0.948, -0.627],
+    ("cross_invert", 0.0): [None, -0.526],
+    ("cross_invert", 5.0): [None, -1.375],
+    ("self_invert", 0.6): [-9.444, None],
+    ("self_invert", 4.0): [-9.850, None],
+    ("self_invert_isolated", 0.6): [-3.312],
+    ("self_invert_isolated", 4.0): [-2.953],
+}
+REFERENCE_RADIUS = {"isolated": 0.196, "dampen": 0.404, "cross_invert": 0.357, "self_invert": 0.340}
+
+
+def at_beta1(name: str, beta1: float) -> method.LoopSpec:
+    beta = SPECS[name].beta.copy()
+    beta[0] = beta1
+    return SPECS[name].with_beta(beta)
+
+
+def wrong_sign_tilt(theta, v, beta, targets):
+    """Negative control of (a)3: v_bar = 1 / (1/v - beta) (the tilt's sign flipped)."""
+    v_bar = 1.0 / (1.0 / v - beta)
+    return v_bar[:, None] * (theta / v[:, None] - beta[:, None] * targets), v_bar
+
+
+def iterate_with(step, spec, rounds):
+    theta, v = method.real_data_state(spec)
+    for _ in range(rounds):
+        theta, v = step(spec, theta, v)
+    return method.alignment(theta, v, spec.targets)
+
+
+# ------------------------------------------------------------------------------------------------
+# (a)1 reference values, 2000 rounds
+# ------------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize(("key", "expected"), list(REFERENCE.items()), ids=lambda x: str(x))
+def test_reference_alignment_values(key, expected):
+    name, beta1 = key
+    fixed = method.fixed_point(at_beta1(name, beta1), max_rounds=2000)
+    for got, want in zip(fixed.alignment, expected):
+        if want is not None:
+            assert abs(got - want) < 1e-3, (name, beta1, fixed.alignment)
+
+
+@pytest.mark.parametrize(("name", "radius"), list(REFERENCE_RADIUS.items()))
+def test_reference_spectral_radius(name, radius):
+    assert abs(method.fixed_point(SPECS[name], max_rounds=2000).radius - radius) < 1e-3
+
+
+def test_inversion_signs_of_the_reference_configs():
+    """Cross-inversion: beta_1 up lowers A_2; self-inversion: beta_1 up lowers A_1 while the
+    isolated counterpart improves; dampen: the curated model ends below its isolated self."""
+    cross = method.chord_effect(SPECS["cross_invert"], 0, 0.0, 5.0)
+    self_inv = method.chord_effect(SPECS["self_invert"], 0, 0.6, 4.0)
+    isolated = method.chord_effect(SPECS["self_invert_isolated"], 0, 0.6, 4.0)
+    assert cross[1] < 0 < cross[0]
+    assert self_inv[0] < 0 and self_inv[1] < 0
+    assert isolated[0] > 0
+    dampen = method.fixed_point(SPECS["dampen"]).alignment
+    alone = method.fixed_point(baselines.isolated_counterpart(SPECS["dampen"], 0)).alignment
+    assert dampen[0] < alone[0] and dampen[1] > dampen[0]
+    np.testing.assert_allclose(alone, [-0.568], atol=1e-3)
+
+
+def test_wrong_tilt_sign_breaks_the_reference_values():
+    """Negative control of (a)1/(a)3: the flipped tilt cannot reproduce the isolated reference."""
+    spec = SPECS["isolated"]
+
+    def broken_step(s, theta, v):
+        return method.moment_refit(s, *wrong_sign_tilt(theta, v, s.beta, s.targets))
+
+    with np.errstate(all="ignore"):
+        broken = iterate_with(broken_step, spec, 2000)
+    assert not np.all(np.abs(broken - (-0.568)) < 1e-3)
+
+
+# ------------------------------------------------------------------------------------------------
+# (a)2 identity: no curation + isolated => the real-data distribution
+# ------------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize(("real_mean", "real_var", "target", "lam"), [(0.0, 1.0, 2.0, 0.2), (0.7, 2.5, -1.0, 0.05)])
+def test_no_curation_fixed_point_is_real_data(real_mean, real_var, target, lam):
+    spec = method.LoopSpec("iso", np.array([[1 - lam]]), np.array([lam]), np.array([0.0]), np.array([[target]]),
+                           np.array([real_mean]), real_var)
+    theta, v = np.array([[3.0]]), np.array([0.2])  # start far from the real data
+    trajectory = method.iterate_analytic(spec, 2000, (theta, v))
+    np.testing.assert_allclose(trajectory.theta[-1, 0], [real_mean], atol=1e-9)
+    np.testing.assert_allclose(trajectory.v[-1], [real_var], atol=1e-9)
+    expected = -((real_mean - target) ** 2 + real_var) / 2
+    np.testing.assert_allclose(trajectory.alignment[-1], [expected], atol=1e-9)
+    np.testing.assert_allclose(baselines.no_curation_alignment(spec), [expected], atol=1e-12)
+
+
+def test_identity_fails_without_the_real_data_term():
+    """Negative control of (a)2: dropping lambda p_data leaves the start state (no pull to the data)."""
+    spec = method.LoopSpec("iso", np.array([[0.8]]), np.array([0.2]), np.array([0.0]), np.array([[2.0]]))
+    theta, v = np.array([[3.0]]), np.array([0.2])
+    for _ in range(2000):
+        theta_bar, v_bar = method.gaussian_tilt(theta, v, spec.beta, spec.targets)
+        # broken refit: renormalised peers only, lambda p_data omitted
+        theta = spec.mixing @ theta_bar / spec.mixing.sum(axis=1, keepdims=True)
+        v = (spec.mixing @ (v_bar + theta_bar[:, 0] ** 2)) / spec.mixing.sum(axis=1) - theta[:, 0] ** 2
+    assert abs(theta[0, 0] - 0.0) > 0.1 or abs(v[0] - 1.0) > 0.1
+
+
+def test_identity_fails_with_unnormalised_rows():
+    """Negative control of (a)2: W rows that do not sum to 1 - lambda are rejected, and the
+    unchecked recursion with such rows misses the real-data fixed point."""
+    with pytest.raises(ValueError, match="rows of mixing must sum to 1 - real_share"):
+        method.LoopSpec("bad", np.array([[1.0]]), np.array([0.2]), np.array([0.0]), np.array([[2.0]]))
+    theta, v = np.array([[0.0]]), np.array([1.0])
+    for _ in range(200):  # W = [[1.0]] and lambda = 0.2: rows sum to 1.2
+        theta_new = 0.2 * 0.0 + 1.0 * theta
+        v = 0.2 * 1.0 + 1.0 * (v + theta[:, 0] ** 2) - theta_new[:, 0] ** 2
+        theta = theta_new
+    assert abs(v[0] - 1.0) > 0.1
+
+
+def test_loop_spec_rejects_bad_input():
+    with pytest.raises(ValueError, match="non-negative"):
+        method.LoopSpec("neg", np.array([[0.9, -0.1], [0.4, 0.4]]), np.array([0.2, 0.2]), np.zeros(2), np.zeros(2))
+    with pytest.raises(ValueError, match="beta must be >= 0"):
+        method.LoopSpec("beta", np.array([[0.8]]), np.array([0.2]), np.array([-1.0]), np.array([[0.0]]))
+    with pytest.raises(ValueError, match="coupling must be in"):
+        method.symmetric_coupling(0.2, 0.9)
+
+
+# ------------------------------------------------------------------------------------------------
+# (a)3 tilt
+# ------------------------------------------------------------------------------------------------
+
+def test_tilt_exact_values():
+    theta_bar, v_bar = method.gaussian_tilt(np.array([[0.0]]), np.array([1.0]), np.array([5.0]), np.array([[2.0]]))
+    assert v_bar[0] == pytest.approx(1 / 6, abs=1e-15)
+    assert theta_bar[0, 0] == pytest.approx(5 / 3, abs=1e-15)
+    # Negative control: the wrong sign gives v_bar = -1/4, m_bar = 5/2.
+    bad_theta, bad_v = wrong_sign_tilt(np.array([[0.0]]), np.array([1.0]), np.array([5.0]), np.array([[2.0]]))
+    assert bad_v[0] != pytest.approx(1 / 6) and bad_theta[0, 0] != pytest.approx(5 / 3)
+
+
+def test_tilt_matches_numerical_integration():
+    """p(y) e^{beta r(y)} normalised on a fine grid has the closed-form mean and variance."""
+    y = np.linspace(-12, 12, 200_001)
+    m, v, beta, mu = 0.4, 2.0, 1.5, -1.0
+    weight = np.exp(-((y - m) ** 2) / (2 * v) - beta * (y - mu) ** 2 / 2)
+    weight /= weight.sum()
+    mean = float((weight * y).sum())
+    var = float((weight * (y - mean) ** 2).sum())
+    theta_bar, v_bar = method.gaussian_tilt(np.array([[m]]), np.array([v]), np.array([beta]), np.array([[mu]]))
+    assert mean == pytest.approx(theta_bar[0, 0], abs=1e-8)
+    assert var == pytest.approx(v_bar[0], abs=1e-8)
+
+
+def test_moment_refit_matches_explicit_1d_formula():
+    spec = SPECS["self_invert"]
+    rng = np.random.default_rng(0)
+    theta_bar, v_bar = rng.normal(size=(2, 1)), rng.uniform(0.5, 2.0, size=2)
+    theta, v = method.moment_refit(spec, theta_bar, v_bar)
+    m_bar, lam, w = theta_bar[:, 0], spec.real_share, spec.mixing
+    m_expected = lam * 0.0 + w @ m_bar
+    v_expected = lam * (1.0 + 0.0) + w @ (v_bar + m_bar**2) - m_expected**2
+    np.testing.assert_allclose(theta[:, 0], m_expected, atol=1e-14)
+    np.testing.assert_allclose(v, v_expected, atol=1e-14)
+
+
+def test_conditional_recursion_reduces_to_1d_along_the_target_direction():
+    spec = SPECS["self_invert"]
+    one_d = method.fixed_point(spec).alignment
+    conditional = spec.with_dim(4)
+    fixed = method.fixed_point(conditional)
+    np.testing.assert_allclose(fixed.alignment, one_d, atol=1e-10)
+    np.testing.assert_allclose(fixed.theta[:, 1:], 0.0, atol=1e-12)
+
+
+# ------------------------------------------------------------------------------------------------
+# (a)4 convergence and the divergent config
+# ------------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("name", ["isolated", "dampen", "cross_invert", "self_invert"])
+def test_convergent_configs_have_radius_below_one_and_are_not_flagged(name):
+    fixed = method.fixed_point(SPECS[name], max_rounds=2000)
+    assert fixed.radius < 1.0
+    assert not fixed.diverged
+
+
+def test_divergent_config_is_flagged_and_collapses():
+    fixed = method.fixed_point(SPECS["divergent"], max_rounds=200)
+    assert fixed.diverged
+    assert fixed.variance_trend < 0 and np.all(fixed.v < 1e-2)
+    # v_t = 1 / (1/v_0 + beta t): the collapse of the brief ("v ~ 1e-3 after 200 rounds")
+    np.testing.assert_allclose(fixed.v, 1 / (1 + 5 * 200), rtol=1e-9)
+    assert fixed.radius > 0.99
+
+
+def test_divergence_flag_criteria():
+    assert method.divergence_flag(0.9995, np.array([1.0]), np.array([1.0]))
+    assert method.divergence_flag(0.5, np.array([5e-3]), np.array([6e-3]))
+    assert method.divergence_flag(0.5, np.array([2e6]), np.array([1e6]))
+    assert not method.divergence_flag(0.5, np.array([5e-3]), np.array([5e-3]))  # small but stable
+    assert not method.divergence_flag(0.998, np.array([1.0]), np.array([1.1]))
+
+
+def test_jacobian_matches_the_analytic_derivative_of_the_isolated_map():
+    """1-D isolated map, state (m, v): dm'/dm = (1 - lambda) v_bar / v (Jacobian column of m)."""
+    spec = SPECS["isolated"]
+    theta, v = np.array([[0.7]]), np.array([1.3])
+    jac = method.jacobian_fd(spec, theta, v)
+    v_bar = 1 / (1 / v[0] + 5.0)
+    assert jac[0, 0] == pytest.approx(0.8 * v_bar / v[0], rel=1e-7)
+    # dm'/dv = (1 - lambda) beta (mu - m) / (1 + beta v)^2
+    assert jac[0, 1] == pytest.approx(0.8 * 5.0 * (2.0 - 0.7) / (1 + 5.0 * v[0]) ** 2, rel=1e-6)
+
+
+# ------------------------------------------------------------------------------------------------
+# (a)5 finite-K Bradley-Terry curation
+# ------------------------------------------------------------------------------------------------
+
+def test_finite_k_curation_approaches_the_tilt():
+    rng = np.random.default_rng(0)
+    moments = {k: method.curated_moments(0.0, 1.0, 5.0, 2.0, k, 200_000, rng) for k in (4, 16, 64, 256)}
+    brief = {4: 0.99, 16: 1.51, 64: 1.64, 256: 1.66}
+    for k, (mean, _) in moments.items():
+        assert abs(mean - brief[k]) < 0.02, (k, mean)
+    mean64, var64 = moments[64]
+    assert abs(mean64 - 5 / 3) < 0.05 and abs(var64 - 1 / 6) < 0.02
+    gaps = [abs(moments[k][0] - 5 / 3) for k in (4, 16, 64, 256)]
+    assert all(a > b for a, b in zip(gaps, gaps[1:]))
+
+
+def test_wrong_curation_does_not_approach_the_tilt():
+    """Negative control of (a)5: anti-curation softmax(-beta r) moves away from the tilt, and the gap
+    grows rather than shrinks with K."""
+    rng = np.random.default_rng(1)
+    gaps = []
+    for k in (4, 16, 64):
+        candidates = rng.standard_normal((100_000, k))
+        picked = method.bradley_terry_pick(-0.5 * (candidates - 2.0) ** 2, -5.0, rng)
+        gaps.append(abs(candidates[np.arange(100_000), picked].mean() - 5 / 3))
+    assert gaps[-1] > 0.05
+    assert not all(a > b for a, b in zip(gaps, gaps[1:]))
+
+
+def test_bradley_terry_pick_frequencies():
+    rng = np.random.default_rng(2)
+    rewards = np.tile(np.array([0.0, 1.0, 2.0]), (300_000, 1))
+    counts = np.bincount(method.bradley_terry_pick(rewards, 0.7, rng), minlength=3) / rewards.shape[0]
+    expected = np.exp(0.7 * np.arange(3)) / np.exp(0.7 * np.arange(3)).sum()
+    np.testing.assert_allclose(counts, expected, atol=3e-3)
+
+
+# ------------------------------------------------------------------------------------------------
+# Influence matrix and the sample-based loop
+# ------------------------------------------------------------------------------------------------
+
+def test_influence_matrix_matches_the_isolated_closed_form():
+    """Isolated loop: A*(beta) from the fixed point of the 1-D map; I = dA*/dbeta by a fine difference."""
+    spec = SPECS["isolated"]
+    influence = method.influence_matrix(spec, step=1e-4)
+    h = 1e-6
+    a_plus = method.fixed_point(spec.with_beta(np.array([5.0 + h])), 4000, 1e-15).alignment[0]
+    a_minus = method.fixed_point(spec.with_beta(np.array([5.0 - h])), 4000, 1e-15).alignment[0]
+    assert influence[0, 0] == pytest.approx((a_plus - a_minus) / (2 * h), rel=1e-4)
+    assert influence[0, 0] > 0
+
+
+def test_cross_influence_vanishes_without_coupling_and_not_with_it():
+    targets = np.array([[1.0], [-1.0]])
+    uncoupled = method.LoopSpec("u", method.symmetric_coupling(0.2, 0.0), np.full(2, 0.2), np.array([2.0, 1.0]),
+                                targets)
+    coupled = method.LoopSpec("c", method.symmetric_coupling(0.2, 0.4), np.full(2, 0.2), np.array([2.0, 1.0]),
+                              targets)
+    assert abs(method.influence_matrix(uncoupled)[1, 0]) < 1e-9
+    assert method.influence_matrix(coupled)[1, 0] < -1e-3
+
+
+def test_sampled_loop_tracks_the_analytic_prediction_and_is_deterministic():
+    spec = SPECS["dampen"]
+    real = method.unconditional_real_data(50_000, 0.0, 1.0, np.random.default_rng(0))
+    run = method.iterate_sampled(spec, 15, 64, 5000, real, np.random.default_rng(3))
+    again = method.iterate_sampled(spec, 15, 64, 5000, real, np.random.default_rng(3))
+    np.testing.assert_array_equal(run.alignment, again.alignment)
+    sampled = method.stationary_alignment(run, 7)
+    predicted = method.fixed_point(spec).alignment
+    np.testing.assert_allclose(sampled, predicted, rtol=0.06)
+    # Negative control: without curation the loop stays at the real data, far from the prediction.
+    flat = method.stationary_alignment(method.iterate_sampled(spec.with_beta(np.zeros(2)), 15, 64, 5000, real,
+                                                              np.random.default_rng(3)), 7)
+    assert np.all(np.abs(flat - predicted) > 0.3)
+
+
+def test_training_mixture_shares():
+    spec = SPECS["self_invert"]
+    real = method.unconditional_real_data(10_000, 0.0, 1.0, np.random.default_rng(0))
+    pools = [(np.ones((1000, 1)), np.full(1000, 10.0)), (np.ones((1000, 1)), np.full(1000, 20.0))]
+    _, y = method.training_mixture(spec, 0, pools, real, 1000, np.random.default_rng(0))
+    assert y.size == 1000
+    assert np.sum(y == 10.0) == 50 and np.sum(y == 20.0) == 480
