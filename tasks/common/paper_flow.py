@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import importlib
 import os
+import re
 from collections.abc import Sequence
 from pathlib import Path
 from types import ModuleType
@@ -69,8 +70,10 @@ def torch_threads_per_worker(workers: int) -> int:
 
 
 def seed_datasets(data_dir: Path, seed: int) -> list[str]:
-    """The data files of one seed (named ``*seed<k>.parquet``), logged as the seed run's MLflow inputs."""
-    return [str(p) for p in sorted(Path(data_dir).glob(f"*seed{seed}.parquet"))]
+    """The data files a seed reads, logged as its MLflow inputs: its own ``*seed<k>.parquet`` and the
+    parquet files shared by every seed (no ``seed<n>`` in the name)."""
+    files = sorted(Path(data_dir).glob("*.parquet"))
+    return [str(p) for p in files if p.name.endswith(f"seed{seed}.parquet") or not re.search(r"seed\d+", p.name)]
 
 
 @task(name="prepare-data")

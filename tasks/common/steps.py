@@ -22,6 +22,9 @@ from tasks.common.io import write_json
 from tasks.common.params import RunSpec
 
 
+CURVE_PREFIX = "curve/"
+
+
 @dataclass(frozen=True)
 class PaperPaths:
     data: Path
@@ -77,8 +80,10 @@ def log_seed_run(spec: RunSpec, parent_run_id: str, result: Mapping[str, Any], d
     try:
         tracking.log_params(run_id, {"seed": seed} | spec.config.model_dump(mode="json"))
         tracking.log_metrics(run_id, result["metrics"])
+        # Curves go under their own prefix: a curve named like a final metric would otherwise become
+        # that metric's latest value in MLflow.
         for name, values in result.get("curves", {}).items():
-            tracking.log_curve(run_id, name, values)
+            tracking.log_curve(run_id, f"{CURVE_PREFIX}{name}", values)
         for path in artifacts:
             tracking.log_artifact(run_id, path)
         for path in datasets:

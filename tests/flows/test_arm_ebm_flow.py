@@ -67,7 +67,7 @@ def test_mlflow_parent_and_child_runs(smoke_run):
     assert parent.data.params["toy.vocab_size"] == "3"
     child = children[0]
     assert child.data.metrics["e1_max_logprob_error"] < 1e-8
-    assert "gpt2_train_nll" in child.data.metrics
+    assert "curve/gpt2_train_nll" in child.data.metrics
     assert {d.dataset.name for d in child.inputs.dataset_inputs} == {"toy_seed0", "tabular_seed0"} or {
         d.dataset.name for d in child.inputs.dataset_inputs} == {"toy_seed1", "tabular_seed1"}
     from mlflow.tracking import MlflowClient
