@@ -21,7 +21,6 @@ from tasks.common.env import repo_root
 from tasks.common.io import write_json
 from tasks.common.params import RunSpec
 
-
 CURVE_PREFIX = "curve/"
 
 
