@@ -1,0 +1,287 @@
+"""certificate_pruning outside the CGP core: benchmarks, baselines, the params fragment, the data phase,
+run_seed at the smoke profile and the figures."""
+
+from __future__ import annotations
+
+import copy
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from tasks.certificate_pruning import baselines, data, experiment, figures
+from tasks.certificate_pruning.config import CONFIG
+from tasks.common.claims import load_claims
+from tasks.common.params import ParamsError, params_section, validate_paper_section
+
+TASK_DIR = Path(__file__).resolve().parents[2] / "tasks" / "certificate_pruning"
+
+
+def fragment() -> dict:
+    return params_section("certificate_pruning")
+
+
+def smoke_config(**overrides):
+    section = fragment()["smoke"] | overrides
+    return CONFIG.model_validate(section)
+
+
+# ------------------------------------------------------------------------------------------------
+# Benchmarks
+# ------------------------------------------------------------------------------------------------
+
+KNOWN_MINIMA = {"branin": 0.397887, "hartmann3": -3.86278, "hartmann6": -3.32237, "rosenbrock4": 0.0,
+                "levy5": 0.0, "ackley10": 0.0}
+
+
+@pytest.mark.parametrize("name", sorted(KNOWN_MINIMA))
+def test_test_functions_reach_their_known_minimum(name):
+    fn = data.analytic_function(name)
+    assert fn.f_best == pytest.approx(KNOWN_MINIMA[name], abs=2e-5)
+    # Negative control: a point 30% into the box is not a minimiser.
+    off = fn.low + 0.3 * (fn.high - fn.low)
+    assert fn.fn(off[None])[0] > KNOWN_MINIMA[name] + 1e-2
+    # ... and nothing in 20k uniform points goes below the known minimum.
+    rng = np.random.default_rng(0)
+    assert fn.fn(fn.low + rng.random((20_000, fn.dim)) * (fn.high - fn.low)).min() >= KNOWN_MINIMA[name] - 1e-6
+
+
+def test_branin_other_minimisers_and_rescaling():
+    np.testing.assert_allclose(data.branin(np.array([[-np.pi, 12.275], [9.42478, 2.475]])), 0.397887, atol=1e-5)
+    rows = data.benchmark_rows(["branin", "needle2d"], seed=0, needle_width=0.08, lipschitz_samples=5000,
+                               lipschitz_safety=1.2, svm_table=None)
+    benches = {row["name"]: data.benchmark_from_row(row, None) for row in rows.to_dicts()}
+    for bench in benches.values():
+        assert bench.regret(bench.x_star) == pytest.approx(0.0, abs=1e-9)
+        assert bench.value(np.random.default_rng(1).random((1000, 2))).max() <= 1.0 + 1e-9
+    # Needle: L = 1 / width exactly inside the cone, times the safety factor.
+    assert benches["needle2d"].lipschitz == pytest.approx(1.2 / 0.08, rel=1e-4)
+    assert 1.0 < benches["branin"].lipschitz < 20.0
+
+
+def test_lipschitz_estimate_is_exact_on_a_linear_function_and_fails_for_a_tiny_sample():
+    linear = lambda u: u @ np.array([3.0, 4.0])
+    assert data.estimate_lipschitz(linear, 2, 100, 1.0, np.random.default_rng(0)) == pytest.approx(5.0, rel=1e-6)
+    # Negative control: a 10-point sample almost always misses a narrow needle and reports L = 0.
+    needle = data.needle_value(np.array([0.5, 0.5]), 0.02)
+    assert data.estimate_lipschitz(needle, 2, 10, 1.2, np.random.default_rng(0)) == 0.0
+
+
+def test_svm_table_and_surface():
+    table = data.svm_accuracy_table(grid_size=3, n_samples=150, folds=2, log10_c=(-1.0, 2.0),
+                                    log10_gamma=(-3.0, -1.0))
+    assert table.height == 9 and table["accuracy"].is_between(0.0, 1.0).all()
+    value, x_star = data.svm_surface(table)
+    assert value(x_star[None])[0] == pytest.approx(1.0)
+    corners = np.array([[0, 0], [0, 1], [1, 0], [1, 1]], dtype=float)
+    assert value(corners).min() >= 0.0 and value(np.array([[0.5, 0.5]]))[0] <= 1.0
+
+
+def test_function_names():
+    assert data.function_dim("ackley60") == 60 and data.function_dim("svm") == 2
+    for bad in ("ackley1", "sphere3", "levy0"):
+        with pytest.raises(ValueError, match="unknown benchmark"):
+            data.function_dim(bad)
+
+
+# ------------------------------------------------------------------------------------------------
+# Baselines
+# ------------------------------------------------------------------------------------------------
+
+
+def tent2d(x: np.ndarray) -> np.ndarray:
+    return 1.0 - 2.0 * np.linalg.norm(np.atleast_2d(x) - np.array([0.3, 0.7]), axis=1)
+
+
+def noise_free_regret(optimizer, steps: int) -> float:
+    for _ in range(steps):
+        x = optimizer.ask()
+        optimizer.tell(x, float(tent2d(x)[0]))
+    return 1.0 - tent2d(optimizer.recommend())[0]
+
+
+def test_hoo_cells_split_the_longest_side_at_the_midpoint():
+    hoo = baselines.HOO(2, lipschitz=2.0, noise_sd=0.0, seed=0)
+    np.testing.assert_allclose(hoo.ask(), [0.5, 0.5])
+    hoo.tell(np.array([0.5, 0.5]), 0.0)
+    low, high = hoo._child_cell(0, 0)
+    np.testing.assert_allclose(low, [0, 0])
+    np.testing.assert_allclose(high, [0.5, 1.0])
+    low, high = hoo._child_cell(0, 1)
+    np.testing.assert_allclose(low, [0.5, 0])
+
+
+@pytest.mark.parametrize("make", [
+    lambda: baselines.HOO(2, 2.0, 0.0, seed=0),
+    lambda: baselines.Zooming(2, 2.0, 0.05, horizon=150, seed=0, pool_size=1024),
+    lambda: baselines.GPUCB(2, 0.01, seed=0, pool_size=512, candidates=256, refit_growth=1.5),
+], ids=["hoo", "zooming", "gp_ucb"])
+def test_baselines_find_the_tent_peak(make):
+    assert noise_free_regret(make(), 120) < 0.1
+
+
+def test_hoo_b_values_exact_on_a_two_node_tree():
+    """U = mean + sigma sqrt(2 log n / T) + L diam; B = min(U, max B(children)), missing child = +inf."""
+    hoo = baselines.HOO(2, lipschitz=2.0, noise_sd=0.1, seed=0)
+    hoo.tell(hoo.ask(), 0.5)  # root, centre (0.5, 0.5)
+    x = hoo.ask()  # a child of the root (both missing: random side)
+    hoo.tell(x, 0.1)
+    b = hoo._b_values()
+    bonus = lambda count: 0.1 * math.sqrt(2 * math.log(2) / count)
+    child_u = 0.1 + bonus(1) + 2.0 * math.sqrt(0.5**2 + 1.0)
+    root_u = 0.3 + bonus(2) + 2.0 * math.sqrt(2.0)
+    assert b[1] == pytest.approx(child_u)  # its children are missing: B = U
+    assert b[0] == pytest.approx(root_u)  # one root child is missing (B = inf), so B = U
+    # Negative control: without the L diam term the child's U would be far smaller.
+    assert 0.1 + bonus(1) < child_u - 2.0
+
+
+def test_zooming_activates_uncovered_points_then_replays_arms():
+    zoom = baselines.Zooming(2, lipschitz=2.0, noise_sd=0.05, horizon=100, seed=0, pool_size=256)
+    first = zoom.ask()
+    np.testing.assert_array_equal(first, zoom.pool[0])
+    zoom.tell(first, float(tent2d(first)[0]))
+    second = zoom.ask()
+    uncovered = 2.0 * np.linalg.norm(zoom.pool - first, axis=1) > zoom.radii()[0]
+    np.testing.assert_array_equal(second, zoom.pool[int(np.argmax(uncovered))])
+    zoom.tell(second, float(tent2d(second)[0]))
+    for _ in range(98):
+        x = zoom.ask()
+        zoom.tell(x, float(tent2d(x)[0]))
+    assert zoom.samples.size < zoom.samples.total == 100  # some arms were played again
+    assert 1.0 - tent2d(zoom.recommend())[0] < 0.1
+
+
+def test_direct_respects_the_budget_and_random_search_is_seeded():
+    history = baselines.run_direct(lambda x: float(tent2d(x)[0]), 2, budget=60)
+    assert len(history) == 60 and 1.0 - tent2d(history[-1])[0] < 0.1
+    a, b = baselines.RandomSearch(3, seed=4), baselines.RandomSearch(3, seed=4)
+    np.testing.assert_array_equal(a.ask(), b.ask())
+
+
+# ------------------------------------------------------------------------------------------------
+# Params fragment and config
+# ------------------------------------------------------------------------------------------------
+
+
+def test_params_section_validates_for_every_profile():
+    configs = validate_paper_section("certificate_pruning", fragment())
+    assert set(configs) == {"smoke", "cpu", "paper"}
+    assert configs["cpu"].functions == ["needle2d", "branin", "hartmann3", "hartmann6", "rosenbrock4", "levy5",
+                                        "ackley10", "svm"]
+
+
+@pytest.mark.parametrize("path,value,message", [
+    (("cpu", "certificate", "pool_size"), 1000, "certificate_pruning.cpu.certificate.pool_size"),
+    (("smoke", "noise_sd"), 0.0, "certificate_pruning.smoke.noise_sd"),
+    (("cpu", "baselines", "methods"), ["hoo", "turbo"], "certificate_pruning.cpu.baselines.methods"),
+    (("cpu", "functions"), ["needle2d", "sphere2"], "certificate_pruning.cpu.functions"),
+    (("cpu", "unknown_key"), 1, "certificate_pruning.cpu.unknown_key"),
+])
+def test_bad_values_name_the_key(path, value, message):
+    section = copy.deepcopy(fragment())
+    node = section
+    for key in path[:-1]:
+        node = node[key]
+    node[path[-1]] = value
+    with pytest.raises(ParamsError, match=message.replace(".", r"\.")):
+        validate_paper_section("certificate_pruning", section)
+
+
+def test_config_cross_checks():
+    with pytest.raises(ValueError, match="svm section is required"):
+        smoke_config(functions=["needle2d", "svm"])
+    with pytest.raises(ValueError, match="needle2d"):
+        smoke_config(functions=["branin"])
+
+
+# ------------------------------------------------------------------------------------------------
+# Data phase, run_seed, figures
+# ------------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def smoke_run(tmp_path_factory):
+    cfg = smoke_config()
+    root = tmp_path_factory.mktemp("cp")
+    written = experiment.write_data(cfg, (0, 1), root / "data")
+    results = [experiment.run_seed(cfg, seed, root / "data", root / "models") for seed in (0, 1)]
+    return cfg, root, written, results
+
+
+def test_write_data_files(smoke_run):
+    _, root, written, _ = smoke_run
+    assert sorted(p.name for p in written) == ["benchmarks_seed0.parquet", "benchmarks_seed1.parquet",
+                                               "manifest.json"]
+    assert not [p for p in (root / "data").iterdir() if p.name.endswith(".partial")]
+
+
+def test_run_seed_returns_every_claim_metric_of_its_profile(smoke_run):
+    cfg, _, _, results = smoke_run
+    claims = load_claims(TASK_DIR / "claims.yaml")
+    for result in results:
+        assert set(result) == {"seed", "metrics", "curves", "tables"}
+        for claim in claims:
+            if "smoke" in claim.profiles:
+                assert claim.metric in result["metrics"], claim.id
+        assert all(isinstance(v, float) and math.isfinite(v) for v in result["metrics"].values())
+    assert results[0]["metrics"]["c1_coverage_rate"] == 1.0
+
+
+def test_every_claim_metric_is_produced_by_a_config_with_every_section(tmp_path):
+    """A tiny config with svm, trust_region and hybrid produces every metric that claims.yaml names."""
+    cfg = smoke_config(functions=["needle2d", "branin", "svm"], budget={"low_dim": 20, "high_dim": 20},
+                       svm={"grid_size": 3, "n_samples": 120, "folds": 2, "log10_c": [-1, 2],
+                            "log10_gamma": [-3, -1]},
+                       trust_region={"functions": ["ackley20"], "budget": 20, "local_points": 16},
+                       hybrid={"local_radius": 0.3, "check_every": 5},
+                       negative_control={"runs": 1, "noise_sd": 0.1, "budget": 10})
+    experiment.write_data(cfg, (0,), tmp_path / "data")
+    result = experiment.run_seed(cfg, 0, tmp_path / "data", tmp_path / "models")
+    for claim in load_claims(TASK_DIR / "claims.yaml"):
+        if claim.metric is not None:
+            assert claim.metric in result["metrics"], claim.id
+
+
+def test_run_seed_is_deterministic(smoke_run):
+    cfg, root, _, results = smoke_run
+    again = experiment.run_seed(cfg, 0, root / "data", root / "models")
+    strip = lambda m: {k: v for k, v in m.items() if not k.startswith("seconds_")}
+    assert strip(again["metrics"]) == strip(results[0]["metrics"])
+    assert again["curves"] == results[0]["curves"]
+    assert strip(results[1]["metrics"]) != strip(results[0]["metrics"])
+
+
+def test_run_seed_rejects_data_written_for_another_config(smoke_run):
+    cfg, root, _, _ = smoke_run
+    other = cfg.model_copy(update={"needle_width": 0.1})
+    with pytest.raises(ValueError, match=r"certificate_pruning\.needle_width"):
+        experiment.run_seed(other, 0, root / "data", root / "models")
+    with pytest.raises(FileNotFoundError, match="seed 5"):
+        experiment.run_seed(cfg, 5, root / "data", root / "models")
+    with pytest.raises(FileNotFoundError, match="data phase"):
+        experiment.run_seed(cfg, 0, root / "missing", root / "models")
+
+
+def test_claim_metric_helpers():
+    assert experiment.covered_throughout([0.1, 0.0, 0.2])
+    assert not experiment.covered_throughout([0.1, -0.01, 0.2])
+    assert experiment.covered_throughout([0.1, -0.01, 0.2], start=2)
+    volume = 1.0 / np.arange(1, 101) ** 0.5
+    volume[:9] = 1.0
+    assert experiment.loglog_slope(volume) == pytest.approx(-0.5, abs=1e-9)
+    assert experiment.loglog_slope(np.ones(50)) == 0.0
+    assert experiment.checkpoints(100, 4) == [25, 50, 75, 100]
+
+
+def test_figures_build_from_results(smoke_run, tmp_path):
+    cfg, _, _, results = smoke_run
+    written = figures.make_figures(cfg, results, tmp_path / "figures", tmp_path / "plots")
+    names = sorted(p.name for p in written)
+    assert names == sorted(["regret_curves.png", "certificate_traces.png", "volume_loglog_needle2d.png",
+                            "active_set_needle2d.png", "active_set_branin.png", "regret_curves.csv",
+                            "certificate_traces.csv"])
+    for path in written:
+        assert path.stat().st_size > 100
+    assert (tmp_path / "figures" / "regret_curves.png").read_bytes()[:4] == b"\x89PNG"

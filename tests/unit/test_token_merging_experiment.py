@@ -1,0 +1,175 @@
+"""token_merging config, data phase, run_seed at the smoke profile, figures, and the paper profile's loaders
+on local stand-ins (no network)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from pydantic import ValidationError
+
+from tasks.common.claims import load_claims
+from tasks.common.params import ParamsError, params_section, validate_paper_section
+from tasks.token_merging import data, experiment, figures
+from tasks.token_merging.config import CONFIG
+
+FOLDER = Path(__file__).resolve().parents[2] / "tasks" / "token_merging"
+
+
+def fragment() -> dict:
+    return params_section("token_merging")
+
+
+def smoke_config():
+    return CONFIG.model_validate(fragment()["smoke"])
+
+
+def test_fragment_validates_every_profile_and_bad_values_name_the_key():
+    configs = validate_paper_section("token_merging", fragment())
+    assert set(configs) == {"smoke", "cpu", "paper"}
+    assert configs["paper"].hub is not None and configs["cpu"].hub is None
+    bad = fragment()
+    bad["cpu"]["vit"]["heads"] = 5  # 48 is not divisible by 5
+    with pytest.raises(ParamsError, match=r"token_merging\.cpu\.vit: .*divisible by heads"):
+        validate_paper_section("token_merging", bad)
+    bad = fragment()
+    bad["smoke"]["train"]["epochs"] = 0
+    with pytest.raises(ParamsError, match=r"token_merging\.smoke\.train\.epochs: .*greater than or equal to 1"):
+        validate_paper_section("token_merging", bad)
+    bad = fragment()
+    bad["cpu"]["merge"]["colour"] = "red"
+    with pytest.raises(ParamsError, match=r"token_merging\.cpu\.merge\.colour: unknown key"):
+        validate_paper_section("token_merging", bad)
+
+
+@pytest.mark.parametrize(("path", "value", "message"), [
+    (("merge", "retentions"), [0.5, 0.25], "must start with 1.0"),
+    (("merge", "retentions"), [1.0, 0.25, 0.5], "strictly decreasing"),
+    (("merge", "retentions"), [1.0, 0.5], "at least one value <= aggressive_retention"),
+    (("isotropic", "retentions"), [0.3], "1/r must be an integer"),
+    (("vit", "patch_size"), 3, "must divide data.image_size"),
+])
+def test_config_validators_give_clear_errors(path, value, message):
+    raw = fragment()["smoke"]
+    raw[path[0]][path[1]] = value
+    with pytest.raises(ValidationError, match=message):
+        CONFIG.model_validate(raw)
+
+
+def test_paper_profile_excludes_the_digits_model():
+    raw = fragment()["paper"] | {"vit": fragment()["cpu"]["vit"]}
+    with pytest.raises(ValidationError, match="'hub' .* excludes"):
+        CONFIG.model_validate(raw)
+
+
+def test_digits_split_is_fixed_and_stale_data_is_rejected(tmp_path):
+    cfg = smoke_config()
+    written = experiment.write_data(cfg, (0, 1), tmp_path)
+    assert sorted(p.name for p in written) == ["digits_meta.json", "digits_test.parquet", "digits_train.parquet"]
+    frames = data.read_digits(cfg.data, tmp_path)
+    assert frames["test"].height == 100 and frames["train"].height == 200
+    assert not set(frames["train"]["index"].to_list()) & set(frames["test"]["index"].to_list())
+    images, labels = data.digits_tensors(frames["test"], 16)
+    assert images.shape == (100, 1, 16, 16) and float(images.min()) >= -1 and float(images.max()) <= 1
+    assert sorted(set(labels.tolist())) == list(range(10))
+    other = cfg.data.model_copy(update={"split_seed": 1})
+    with pytest.raises(ValueError, match=r"token_merging\.data\.split_seed: .*rerun the data phase"):
+        data.read_digits(other, tmp_path)
+    with pytest.raises(FileNotFoundError, match="run the data phase first"):
+        data.read_digits(cfg.data, tmp_path / "empty")
+
+
+def test_random_shift_moves_pixels_within_bounds():
+    images = torch.zeros(8, 1, 6, 6)
+    images[:, 0, 2, 3] = 1.0
+    shifted = data.random_shift(images, 1, torch.Generator().manual_seed(0))
+    rows, cols = np.nonzero(shifted[:, 0].numpy().sum(0))
+    assert shifted.sum() == 8 and all(1 <= r <= 3 for r in rows) and all(2 <= c <= 4 for c in cols)
+    assert torch.equal(data.random_shift(images, 0, torch.Generator()), images)
+
+
+@pytest.fixture(scope="module")
+def smoke_results(tmp_path_factory):
+    root = tmp_path_factory.mktemp("token_merging")
+    cfg = smoke_config()
+    experiment.write_data(cfg, (0,), root / "data")
+    calls: list[float] = []
+    first = experiment.run_seed(cfg, 0, root / "data", root / "models", progress=lambda f, _m: calls.append(f))
+    again = experiment.run_seed(cfg, 0, root / "data", root / "models2")
+    return cfg, root, first, again, calls
+
+
+def test_run_seed_smoke_returns_every_claim_metric(smoke_results):
+    _, root, result, _, calls = smoke_results
+    metrics = result["metrics"]
+    for claim in load_claims(FOLDER / "claims.yaml"):
+        if claim.metric is not None:
+            assert claim.metric in metrics, claim.id
+            assert np.isfinite(metrics[claim.metric]), claim.id
+    assert set(result) == {"seed", "metrics", "curves", "tables"}
+    assert all(isinstance(v, float) for v in metrics.values())
+    assert (root / "models" / "seed0" / "vit.safetensors").is_file()
+    assert calls and calls[-1] == pytest.approx(1.0)
+    # (a)6 inside the experiment: every method is the unmerged model at r = 1.
+    assert metrics["r1_max_method_acc_spread"] == 0.0
+    assert metrics["decomposition_identity_error"] <= 1e-9
+    assert metrics["realised_retention_smallest_r"] == 0.25
+
+
+def test_run_seed_is_deterministic_given_the_seed(smoke_results):
+    _, _, first, again, _ = smoke_results
+    strip = {k: v for k, v in first["metrics"].items() if not k.startswith("seconds_")}
+    assert strip == {k: v for k, v in again["metrics"].items() if not k.startswith("seconds_")}
+    assert first["curves"] == again["curves"]
+
+
+def test_figures_build_from_results(smoke_results, tmp_path):
+    cfg, _, first, again, _ = smoke_results
+    paths = figures.make_figures(cfg, [first, again | {"seed": 1}], tmp_path / "figures", tmp_path / "plots")
+    assert {p.suffix for p in paths} == {".png", ".csv"}
+    assert all(p.is_file() and p.stat().st_size > 0 for p in paths)
+
+
+# ----------------------------------------------------------------------------------------------------
+# Paper profile on local stand-ins
+# ----------------------------------------------------------------------------------------------------
+
+
+def _stand_ins(root: Path) -> tuple[Path, Path]:
+    """A tiny random ViTForImageClassification + processor, and a "validation" parquet of 20 images."""
+    from datasets import ClassLabel, Dataset, Features, Image
+    from PIL import Image as PILImage
+    from transformers import ViTConfig, ViTForImageClassification, ViTImageProcessor
+
+    model_dir, data_dir = root / "tiny-vit", root / "tiny-imagenet"
+    config = ViTConfig(image_size=16, patch_size=4, hidden_size=16, num_hidden_layers=3, num_attention_heads=2,
+                       intermediate_size=32, num_labels=3)
+    torch.manual_seed(0)
+    ViTForImageClassification(config).save_pretrained(model_dir)
+    ViTImageProcessor(size={"height": 16, "width": 16}).save_pretrained(model_dir)
+    rng = np.random.default_rng(0)
+    images = [PILImage.fromarray(rng.integers(0, 255, (20, 20, 3), dtype=np.uint8)) for _ in range(20)]
+    features = Features({"image": Image(), "label": ClassLabel(num_classes=3)})
+    data_dir.mkdir()
+    Dataset.from_dict({"image": images, "label": [i % 3 for i in range(20)]}, features=features).to_parquet(
+        data_dir / "validation.parquet")
+    return model_dir, data_dir
+
+
+def test_paper_profile_runs_on_local_stand_ins(tmp_path):
+    model_dir, dataset_dir = _stand_ins(tmp_path)
+    raw = fragment()["paper"]
+    raw["hub"] |= {"model": str(model_dir), "dataset": str(dataset_dir), "n_images": 14, "batch_size": 4}
+    raw["merge"] |= {"calibration_size": 8, "retentions": [1.0, 0.5, 0.25]}
+    raw["isotropic"] |= {"n_queries": 8}
+    cfg = CONFIG.model_validate(raw)
+    written = experiment.write_data(cfg, (0,), tmp_path / "data")
+    assert written == [tmp_path / "data" / "hub_seed0"]
+    result = experiment.run_seed(cfg, 0, tmp_path / "data", tmp_path / "models")
+    assert result["metrics"]["r1_max_method_acc_spread"] == 0.0
+    assert result["metrics"]["realised_retention_smallest_r"] == 0.25
+    wrong = CONFIG.model_validate(raw | {"hub": raw["hub"] | {"n_images": 15}})
+    with pytest.raises(ValueError, match=r"token_merging\.hub\.n_images: .*rerun the data phase"):
+        experiment.run_seed(wrong, 0, tmp_path / "data", tmp_path / "models")
