@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shutil
 import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -50,6 +51,44 @@ def write_with(target: str | Path, writer: Callable[[Path], None]) -> Path:
     with atomic_path(target) as tmp:
         writer(tmp)
     return Path(target)
+
+
+def write_dir_with(directory: str | Path, writer: Callable[[Path], None]) -> Path:
+    """Atomically write a whole folder (``save_pretrained``, ``Dataset.save_to_disk``, ...): the writer
+    fills a sibling temp folder, which then replaces ``directory``."""
+    directory = Path(directory)
+    directory.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{directory.name}.", suffix=TMP_SUFFIX, dir=directory.parent))
+    try:
+        writer(tmp)
+        if directory.exists():
+            shutil.rmtree(directory)
+        tmp.rename(directory)
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp)
+    return directory
+
+
+def write_parquet(frame: Any, path: str | Path) -> Path:
+    """A polars DataFrame as an atomic parquet file."""
+    return write_with(path, lambda tmp: frame.write_parquet(tmp))
+
+
+def save_state_dict(module: Any, path: str | Path) -> Path:
+    """A torch module's parameters and buffers as an atomic safetensors file (contiguous CPU copies)."""
+    from safetensors.torch import save_file
+
+    state = {name: tensor.detach().cpu().contiguous() for name, tensor in module.state_dict().items()}
+    return write_with(path, lambda tmp: save_file(state, str(tmp)))
+
+
+def load_state_dict(module: Any, path: str | Path) -> Any:
+    """Load a file written by ``save_state_dict`` into ``module`` (strict: every key must match)."""
+    from safetensors.torch import load_file
+
+    module.load_state_dict(load_file(str(path)))
+    return module
 
 
 def read_json(path: str | Path) -> Any:

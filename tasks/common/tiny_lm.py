@@ -7,14 +7,13 @@ by measuring (DESIGN.md section 5); the cost of a step is about 6 x parameters x
 from __future__ import annotations
 
 import math
-import shutil
-import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
 import torch
 from transformers import GPT2Config, GPT2LMHeadModel
 
+from tasks.common.io import write_dir_with
 from tasks.common.seeding import torch_init_seed
 
 
@@ -84,18 +83,7 @@ def train_causal_lm(model: GPT2LMHeadModel, sample_batch: Callable[[torch.Genera
 
 def save_model(model: GPT2LMHeadModel, directory: str | Path) -> Path:
     """Atomic ``save_pretrained`` (safetensors): write a sibling temp folder, then rename it."""
-    directory = Path(directory)
-    directory.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{directory.name}.", suffix=".partial", dir=directory.parent))
-    try:
-        model.save_pretrained(tmp, safe_serialization=True)
-        if directory.exists():
-            shutil.rmtree(directory)
-        tmp.rename(directory)
-    finally:
-        if tmp.exists():
-            shutil.rmtree(tmp)
-    return directory
+    return write_dir_with(directory, lambda tmp: model.save_pretrained(tmp, safe_serialization=True))
 
 
 def load_model(directory: str | Path, dtype: torch.dtype = torch.float32) -> GPT2LMHeadModel:

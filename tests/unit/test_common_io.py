@@ -36,3 +36,36 @@ def test_hash_files_tracks_content_and_names(tmp_path):
     assert hash_files(["b.py"], tmp_path) != first  # same content, other file
     (tmp_path / "a.py").write_text("x = 2\n")
     assert hash_files(["a.py"], tmp_path) != first
+
+
+def test_write_dir_with_replaces_atomically(tmp_path):
+    from tasks.common.io import write_dir_with
+
+    target = tmp_path / "model"
+    write_dir_with(target, lambda d: (d / "a.txt").write_text("one"))
+    write_dir_with(target, lambda d: (d / "b.txt").write_text("two"))
+    assert sorted(p.name for p in target.iterdir()) == ["b.txt"]
+
+    def broken(d):
+        (d / "half.txt").write_text("half")
+        raise RuntimeError("killed mid-write")
+
+    with pytest.raises(RuntimeError):
+        write_dir_with(target, broken)
+    assert sorted(p.name for p in target.iterdir()) == ["b.txt"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["model"]
+
+
+def test_state_dict_round_trip(tmp_path):
+    import torch
+
+    from tasks.common.io import load_state_dict, save_state_dict
+
+    source = torch.nn.Linear(3, 2)
+    path = save_state_dict(source, tmp_path / "w.safetensors")
+    target = torch.nn.Linear(3, 2)
+    assert not torch.equal(source.weight, target.weight)
+    load_state_dict(target, path)
+    assert torch.equal(source.weight, target.weight) and torch.equal(source.bias, target.bias)
+    with pytest.raises(RuntimeError):
+        load_state_dict(torch.nn.Linear(3, 4), path)
