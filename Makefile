@@ -5,7 +5,7 @@ BIN := $(abspath $(VENV))/bin
 export PATH := $(BIN):$(PATH)
 PREFECT_PORT ?= 4200
 
-.PHONY: install reproduce test test-all lint bench clean-outputs
+.PHONY: install reproduce system-packages test test-all lint bench clean-outputs
 
 # (Re)install when pyproject.toml changes. torch==2.13.0 resolves to the CPU build on this
 # project's machines; on a GPU machine install the CUDA build of the same version first.
@@ -25,6 +25,10 @@ reproduce: install
 	@echo "Report:     $(CURDIR)/reports/index.md  (with figures: reports/index.html)"
 	@echo "Prefect UI: http://127.0.0.1:$(PREFECT_PORT)  (server left running; 'repro server stop' stops it)"
 	@echo "MLflow UI:  run 'repro ui', then open http://127.0.0.1:5000"
+
+## PostgreSQL and Chromium for the server and browser tests (root; skipped tests otherwise).
+system-packages:
+	bash .ci/system-packages.sh
 
 ## Default test suite (excludes slow, gpu and network markers).
 test: install

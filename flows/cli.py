@@ -60,7 +60,7 @@ def cmd_ui(args: argparse.Namespace) -> int:
     prefect_url = servers.start_prefect()
     print(f"Prefect UI: http://127.0.0.1:{servers.PREFECT_PORT}  (API {prefect_url})")
     print(f"MLflow UI:  http://127.0.0.1:{args.port}  (store {os.environ['MLFLOW_TRACKING_URI']}); Ctrl-C stops it")
-    return subprocess.call(servers.mlflow_ui_command(args.port), cwd=repo_root())
+    return subprocess.call(servers.mlflow_ui_command(args.port), cwd=repo_root(), env=servers.mlflow_server_env())
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
