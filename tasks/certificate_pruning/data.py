@@ -18,16 +18,12 @@ here from forward-difference gradient norms at ``lipschitz_samples`` uniform poi
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
 import polars as pl
-
-from tasks.common.io import write_with
 
 # ------------------------------------------------------------------------------------------------
 # Test functions (minimisation form, original coordinates, vectorised over rows)
@@ -263,11 +259,3 @@ def benchmark_from_row(row: dict, svm_table: pl.DataFrame | None) -> Benchmark:
         tf = analytic_function(name)
         value = rescaled(tf.fn, np.asarray(row["low"]), np.asarray(row["high"]), row["f_best"], row["f_worst"])
     return Benchmark(name, int(row["dim"]), value, x_star, float(row["lipschitz"]))
-
-
-def write_parquet(frame: pl.DataFrame, path: Path) -> Path:
-    return write_with(path, lambda tmp: frame.write_parquet(tmp))
-
-
-def write_manifest(manifest: dict, path: Path) -> Path:
-    return write_with(path, lambda tmp: tmp.write_text(json.dumps(manifest, sort_keys=True, indent=2)))

@@ -224,6 +224,12 @@ class CertificateGuidedPruning:
         return float(self.active.mean())
 
     @property
+    def unintersected_fraction(self) -> float:
+        """Pool fraction of {x : U_t(x) >= l_t} without the intersection with A_{t-1} (a diagnostic: unlike
+        Vol(A_t) it can rise when a noisy sample lifts U_t or lowers l_t)."""
+        return float(np.mean(self._pool_upper >= self.lower))
+
+    @property
     def gap(self) -> float:
         """eps_t = max_{x in A_t} U_t(x) - l_t over the active pool (item 4); 0 when the pool is empty."""
         if not self.active.any():

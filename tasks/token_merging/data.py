@@ -8,8 +8,6 @@ validation (``datasets``); tests use local stand-ins only.
 
 from __future__ import annotations
 
-import shutil
-import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -17,7 +15,7 @@ import polars as pl
 import torch
 from torch.nn import functional as F
 
-from tasks.common.io import read_json, write_json, write_with
+from tasks.common.io import read_json, write_dir_with, write_json, write_parquet
 from tasks.token_merging.config import DigitsDataConfig
 
 DIGITS_FILES = {"train": "digits_train.parquet", "test": "digits_test.parquet"}
@@ -45,8 +43,7 @@ def digits_split(cfg: DigitsDataConfig) -> dict[str, pl.DataFrame]:
 
 def write_digits(cfg: DigitsDataConfig, data_dir: Path) -> list[Path]:
     """Both splits as parquet, plus ``digits_meta.json`` (the data config that produced them)."""
-    paths = [write_with(data_dir / DIGITS_FILES[name], lambda tmp, f=frame: f.write_parquet(tmp))
-             for name, frame in digits_split(cfg).items()]
+    paths = [write_parquet(frame, data_dir / DIGITS_FILES[name]) for name, frame in digits_split(cfg).items()]
     return [*paths, write_json(data_dir / META_FILE, cfg.model_dump(mode="json"))]
 
 
@@ -117,18 +114,8 @@ def load_validation_subset(dataset: str, split: str, n_images: int, seed: int):
 
 
 def save_dataset(dataset, directory: Path) -> Path:
-    """Atomic ``save_to_disk``: a sibling temporary folder renamed into place."""
-    directory.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{directory.name}.", suffix=".partial", dir=directory.parent))
-    try:
-        dataset.save_to_disk(str(tmp))
-        if directory.exists():
-            shutil.rmtree(directory)
-        tmp.rename(directory)
-    finally:
-        if tmp.exists():
-            shutil.rmtree(tmp)
-    return directory
+    """Atomic ``save_to_disk`` (a sibling temporary folder renamed into place)."""
+    return write_dir_with(directory, lambda tmp: dataset.save_to_disk(str(tmp)))
 
 
 def hub_subset_dir(data_dir: Path, seed: int) -> Path:

@@ -9,17 +9,16 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import torch
-from safetensors.torch import save_file
 from torch.nn import functional as F
 
-from tasks.common.io import write_with
+from tasks.common.io import save_state_dict
+from tasks.common.results import Progress, SeedResult
 from tasks.common.seeding import torch_init_seed
 from tasks.token_merging import baselines, data, method
 from tasks.token_merging.config import (
@@ -30,10 +29,6 @@ from tasks.token_merging.config import (
     TrainConfig,
     ViTConfig,
 )
-
-SeedResult = dict[str, Any]
-Progress = Callable[[float, str], None] | None
-
 
 # ------------------------------------------------------------------------------------------------
 # The digits ViT
@@ -50,7 +45,7 @@ def build_vit(vit: ViTConfig, data_cfg: DigitsDataConfig, seed: int) -> method.M
 
 
 def train_vit(model: method.MergeViT, train: TrainConfig, images: torch.Tensor, labels: torch.Tensor, seed: int,
-              progress: Progress = None) -> list[float]:
+              progress: Progress | None = None) -> list[float]:
     """AdamW with a linear warm-up and cosine decay, +-shift augmentation; returns the per-epoch mean loss."""
     generator = torch.Generator().manual_seed(seed)
     optimiser = torch.optim.AdamW(model.parameters(), lr=train.lr, weight_decay=train.weight_decay)
@@ -79,11 +74,6 @@ def train_vit(model: method.MergeViT, train: TrainConfig, images: torch.Tensor, 
                                                  f"loss {losses[-1]:.3f}")
     model.eval()
     return losses
-
-
-def save_weights(model: torch.nn.Module, path: Path) -> Path:
-    state = {name: tensor.detach().contiguous() for name, tensor in model.state_dict().items()}
-    return write_with(path, lambda tmp: save_file(state, str(tmp)))
 
 
 # ------------------------------------------------------------------------------------------------
@@ -147,7 +137,7 @@ def choose_m4_exponent(model: method.MergeViT, calibration: torch.Tensor, sweep:
 
 
 def merging_sweep(model: method.MergeViT, images: torch.Tensor, labels: torch.Tensor, calibration: torch.Tensor,
-                  sweep: MergeSweepConfig, progress: Progress = None) -> tuple[list[SweepPoint], float, dict]:
+                  sweep: MergeSweepConfig, progress: Progress | None = None) -> tuple[list[SweepPoint], float, dict]:
     """Every method at every retention against the unmerged model on the same images."""
     depth = model.shape.depth
     exponent, mismatch = choose_m4_exponent(model, calibration, sweep)
@@ -241,14 +231,14 @@ def rms_table(points: Sequence[SweepPoint]) -> list[dict]:
             for p in points for b, v in enumerate(p.rms_ratio_per_block)]
 
 
-def digits_model(cfg: TokenMergingConfig, seed: int, data_dir: Path, model_dir: Path, progress: Progress
+def digits_model(cfg: TokenMergingConfig, seed: int, data_dir: Path, model_dir: Path, progress: Progress | None
                  ) -> tuple[method.MergeViT, torch.Tensor, torch.Tensor, torch.Tensor, dict]:
     frames = data.read_digits(cfg.data, data_dir)
     train_images, train_labels = data.digits_tensors(frames["train"], cfg.data.image_size)
     test_images, test_labels = data.digits_tensors(frames["test"], cfg.data.image_size)
     model = build_vit(cfg.vit, cfg.data, seed)
     losses = train_vit(model, cfg.train, train_images, train_labels, seed, progress)
-    save_weights(model, model_dir / f"seed{seed}" / "vit.safetensors")
+    save_state_dict(model, model_dir / f"seed{seed}" / "vit.safetensors")
     calibration = train_images[:cfg.merge.calibration_size]
     return model, test_images, test_labels, calibration, {"train_loss": losses}
 
@@ -280,18 +270,19 @@ def hub_model(cfg: TokenMergingConfig, seed: int, data_dir: Path, device: str
 
 
 def run_seed(cfg: TokenMergingConfig, seed: int, data_dir: Path, model_dir: Path, device: str = "cpu",
-             progress: Progress = None) -> SeedResult:
+             progress: Progress | None = None) -> SeedResult:
     """Train (or load) the model once, then every measurement of one seed."""
     timings: dict[str, float] = {}
     start = time.perf_counter()
-    iso_metrics, iso_rows = isotropic_metrics(cfg.isotropic, seed)
-    timings["isotropic"] = time.perf_counter() - start
+    # The model step reads and validates the data first, so bad data fails before any compute.
     if cfg.hub is not None:
         model, images, labels, calibration, curves = hub_model(cfg, seed, data_dir, device)
     else:
         model, images, labels, calibration, curves = digits_model(cfg, seed, Path(data_dir), Path(model_dir),
                                                                   progress)
-    timings["model"] = time.perf_counter() - start - sum(timings.values())
+    timings["model"] = time.perf_counter() - start
+    iso_metrics, iso_rows = isotropic_metrics(cfg.isotropic, seed)
+    timings["isotropic"] = time.perf_counter() - start - sum(timings.values())
     points, exponent, extra = merging_sweep(model, images, labels, calibration, cfg.merge, progress)
     timings["sweep"] = time.perf_counter() - start - sum(timings.values())
     metrics = iso_metrics | sweep_metrics(points, cfg.merge) | {"m4_value_exponent": exponent,

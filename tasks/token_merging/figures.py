@@ -11,8 +11,7 @@ from typing import Any
 import numpy as np
 import polars as pl
 
-from tasks.common.figures import new_figure, save_figure
-from tasks.common.io import write_with
+from tasks.common.figures import new_figure, save_figure, write_plot_csv
 
 METHOD_LABELS = {"M1": "M1 plain average", "M2": "M2 ToMe prop. attn", "M3": "M3 + √r logit shrink",
                  "M4": "M4 = M3 + value scale", "M5": "M5 per-cluster κ", "M6": "M6 MLERP (ToFu)"}
@@ -26,10 +25,6 @@ def _summary(frame: pl.DataFrame, keys: list[str], values: list[str]) -> pl.Data
     aggregations = [pl.col(v).mean().alias(f"{v}_mean") for v in values]
     aggregations += [pl.col(v).std(ddof=1).fill_null(0.0).alias(f"{v}_sd") for v in values]
     return frame.group_by(keys).agg(aggregations).sort(keys, descending=[False] + [True] * (len(keys) - 1))
-
-
-def _write_csv(frame: pl.DataFrame, path: Path) -> Path:
-    return write_with(path, lambda tmp: frame.write_csv(tmp))
 
 
 def accuracy_vs_retention(sweep: pl.DataFrame, path: Path) -> Path:
@@ -121,9 +116,9 @@ def make_figures(config: Any, results: list[dict], figures_dir: Path, plots_dir:
     rms = _summary(_rows(results, "rms_per_block"), ["method", "retention", "block"], ["rms_ratio"])
     iso = _summary(_rows(results, "isotropic"), ["retention"], ["optimal_scale", "kl_sqrt_r", "kl_prop"])
     paths = [
-        _write_csv(sweep.sort(["method", "retention"]), plots_dir / "accuracy_and_cls_error_vs_r.csv"),
-        _write_csv(rms.sort(["method", "retention", "block"]), plots_dir / "rms_ratio_per_block.csv"),
-        _write_csv(iso.sort("retention"), plots_dir / "isotropic_scale.csv"),
+        write_plot_csv(sweep.sort(["method", "retention"]).to_dicts(), plots_dir / "accuracy_and_cls_error_vs_r.csv"),
+        write_plot_csv(rms.sort(["method", "retention", "block"]).to_dicts(), plots_dir / "rms_ratio_per_block.csv"),
+        write_plot_csv(iso.sort("retention").to_dicts(), plots_dir / "isotropic_scale.csv"),
         accuracy_vs_retention(sweep, figures_dir / "accuracy_vs_r.png"),
         cls_error_decomposition(sweep, figures_dir / "cls_error_radial_angular.png"),
         rms_drift(rms, figures_dir / "residual_rms_drift.png"),

@@ -281,7 +281,22 @@ def test_figures_build_from_results(smoke_run, tmp_path):
     names = sorted(p.name for p in written)
     assert names == sorted(["regret_curves.png", "certificate_traces.png", "volume_loglog_needle2d.png",
                             "active_set_needle2d.png", "active_set_branin.png", "regret_curves.csv",
-                            "certificate_traces.csv"])
+                            "certificate_traces.csv", "c6_median_final_regret.csv"])
     for path in written:
         assert path.stat().st_size > 100
     assert (tmp_path / "figures" / "regret_curves.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_c6_cross_seed_medians():
+    """Median over seeds of the final regret per (function, method), and CGP's median against each."""
+    def seed(regrets):
+        return {"tables": {"regret_curves": [
+            {"function": f, "method": meth, "t": t, "regret": r * (t == 2) + 9.0 * (t == 1)}
+            for (f, meth), r in regrets.items() for t in (1, 2)]}}
+    results = [seed({("a", "cgp"): 0.1, ("a", "hoo"): 0.5, ("b", "cgp"): 0.6, ("b", "hoo"): 0.2}),
+               seed({("a", "cgp"): 0.3, ("a", "hoo"): 0.1, ("b", "cgp"): 0.8, ("b", "hoo"): 0.4}),
+               seed({("a", "cgp"): 0.2, ("a", "hoo"): 0.4, ("b", "cgp"): 0.7, ("b", "hoo"): 0.9})]
+    rows = {(r["function"], r["method"]): r for r in figures.median_final_regret_rows(results)}
+    assert rows["a", "cgp"]["median_final_regret"] == pytest.approx(0.2)
+    assert rows["a", "hoo"]["median_final_regret"] == pytest.approx(0.4)
+    assert rows["a", "hoo"]["cgp_median_le"] and not rows["b", "hoo"]["cgp_median_le"]

@@ -31,12 +31,25 @@ def run_noise_free(optimizer, fn, steps: int, on_step=None):
 # ------------------------------------------------------------------------------------------------
 
 
-def test_a1_radius_vector_matches_the_brief():
+def a1_radius_matches() -> bool:
+    """Check (a)1 on the library: sigma = 0.02, m_t = 10, n_i = 4, delta = 0.05 gives c_i = 0.043491."""
     radii = m.confidence_radius(np.full(10, 4), n_distinct=10, noise_sd=0.02, delta=0.05)
-    np.testing.assert_allclose(radii, 0.043491, atol=5e-7)
-    # Negative control: n_i instead of n_i^2 in the log (a wrong union bound) misses the value.
-    wrong = 0.02 * math.sqrt(2 * math.log(4 * 10 * 4 / 0.05) / 4)
-    assert abs(wrong - 0.043491) > 1e-3
+    return bool(np.allclose(radii, 0.043491, rtol=0, atol=5e-7))
+
+
+def test_a1_radius_vector_matches_the_brief():
+    assert a1_radius_matches()
+
+
+def test_a1_negative_control_n_instead_of_n_squared_fails(monkeypatch):
+    """The library's radius broken to log(4 m_t n_i / delta) (a wrong union bound over time) fails (a)1."""
+
+    def wrong_radius(counts, n_distinct, noise_sd, delta):
+        counts = np.asarray(counts, dtype=float)
+        return noise_sd * np.sqrt(2.0 * np.log(4.0 * n_distinct * counts / delta) / counts)
+
+    monkeypatch.setattr(m, "confidence_radius", wrong_radius)
+    assert not a1_radius_matches()
 
 
 def test_radius_shrinks_with_repeats_and_grows_with_the_number_of_points():
@@ -59,29 +72,50 @@ def tent_cgp(lipschitz: float = 2.0) -> m.CertificateGuidedPruning:
     return cgp
 
 
-def test_a2_exact_envelope_active_set_and_gap():
-    cgp = tent_cgp()
+def a2_failures(lipschitz: float = 2.0) -> list[str]:
+    """Check (a)2 on the library (two noise-free samples of the tent, L = 2); the list of failed items."""
+    cgp = tent_cgp(lipschitz)
     grid = np.linspace(0, 1, 10_001)[:, None]
     upper = cgp.upper(grid)
-    np.testing.assert_allclose(upper, np.minimum(0.4 + 2 * grid[:, 0], 1.6 - 2 * grid[:, 0]), atol=1e-12)
-    assert upper.max() == pytest.approx(1.0, abs=1e-12)
-    assert grid[np.argmax(upper), 0] == pytest.approx(0.3, abs=1e-4)
-    assert cgp.lower == pytest.approx(0.4, abs=1e-12)
-    active_x = cgp.pool[cgp.active, 0]
-    assert active_x.max() <= 0.6 + 1e-12 and np.all(cgp.pool[~cgp.active, 0] > 0.6)
-    assert cgp.active_fraction == pytest.approx(0.6, abs=2 / 1024)
-    # Pool estimate of eps: within L * (pool spacing) of the exact 0.6.
-    assert cgp.gap == pytest.approx(0.6, abs=2 * 2 / 1024)
+    failures = []
+    if not np.allclose(upper, np.minimum(0.4 + 2 * grid[:, 0], 1.6 - 2 * grid[:, 0]), rtol=0, atol=1e-12):
+        failures.append("U(x) != min(0.4 + 2x, 1.6 - 2x)")
+    if abs(upper.max() - 1.0) > 1e-12 or abs(grid[np.argmax(upper), 0] - 0.3) > 1e-4:
+        failures.append("max U != 1 at 0.3")
+    if abs(cgp.lower - 0.4) > 1e-12:
+        failures.append("l != 0.4")
+    if not (cgp.pool[cgp.active, 0].max() <= 0.6 + 1e-12 and np.all(cgp.pool[~cgp.active, 0] > 0.6)):
+        failures.append("A != [0, 0.6]")
+    if abs(cgp.active_fraction - 0.6) > 2 / 1024:
+        failures.append("Vol != 0.6")
+    if abs(cgp.gap - 0.6) > 2 * 2 / 1024:  # pool estimate of eps: within L * (pool spacing) of 0.6
+        failures.append("eps != 0.6")
     x_hat = cgp.recommend()
-    assert x_hat[0] == 0.0
-    assert 1.0 - tent(x_hat)[0] == pytest.approx(0.6)
+    if x_hat[0] != 0.0 or abs(1.0 - tent(x_hat)[0] - 0.6) > 1e-12:
+        failures.append("x_hat != 0 with regret 0.6")
+    return failures
 
 
-def test_a2_negative_control_max_instead_of_min_certifies_nothing():
-    cgp = tent_cgp()
-    distances = m.pairwise_distances(cgp.pool, cgp.samples.points)
-    wrong_upper = np.max(cgp.samples.means + 2.0 * distances, axis=1)  # max over i: not an envelope
-    assert np.mean(wrong_upper >= cgp.lower) == 1.0  # Vol would be 1, not 0.6
+def test_a2_exact_envelope_active_set_and_gap():
+    assert a2_failures() == []
+
+
+def test_a2_negative_control_max_instead_of_min_in_the_library_fails(monkeypatch):
+    """upper_envelope broken to a max over samples (not an envelope): (a)2 fails, the active set is everything."""
+
+    def max_envelope(distances, optimistic_values, lipschitz):
+        if distances.shape[1] == 0:
+            return np.full(distances.shape[0], np.inf)
+        return np.max(optimistic_values[None, :] + lipschitz * distances, axis=1)
+
+    monkeypatch.setattr(m, "upper_envelope", max_envelope)
+    failures = a2_failures()
+    assert "U(x) != min(0.4 + 2x, 1.6 - 2x)" in failures and "A != [0, 0.6]" in failures
+
+
+def test_a2_negative_control_wrong_lipschitz_constant_fails():
+    assert "U(x) != min(0.4 + 2x, 1.6 - 2x)" in a2_failures(lipschitz=1.0)
+    assert "A != [0, 0.6]" in a2_failures(lipschitz=4.0)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -146,6 +180,15 @@ def test_active_set_is_monotone_even_when_the_envelope_rises():
     pruned = ~cgp.active.copy()
     cgp.tell(np.array([1.0]), 5.0)  # a (noise-free-impossible) high value raises U to the right
     assert not np.any(cgp.active[pruned])
+
+
+def test_unintersected_set_can_grow_while_the_active_set_cannot():
+    """A low re-sample of the best point lowers l_t: {U_t >= l_t} grows from [0, 0.6] to [0, 0.8], A_t stays."""
+    cgp = tent_cgp()
+    assert cgp.unintersected_fraction == pytest.approx(cgp.active_fraction)
+    cgp.tell(np.array([0.0]), -0.4)  # mean at 0 drops to 0.0, so l = 0.0
+    assert cgp.unintersected_fraction == pytest.approx(0.8, abs=2 / 1024)
+    assert cgp.active_fraction == pytest.approx(0.6, abs=2 / 1024)
 
 
 # ------------------------------------------------------------------------------------------------

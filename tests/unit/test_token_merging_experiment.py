@@ -81,6 +81,24 @@ def test_digits_split_is_fixed_and_stale_data_is_rejected(tmp_path):
         data.read_digits(cfg.data, tmp_path / "empty")
 
 
+def test_bad_data_fails_before_any_compute(tmp_path, monkeypatch):
+    """run_seed reads and validates the data before the isotropic study or any training."""
+
+    def must_not_run(*_args, **_kwargs):
+        raise AssertionError("compute started before the data was validated")
+
+    monkeypatch.setattr(experiment, "isotropic_metrics", must_not_run)
+    monkeypatch.setattr(experiment, "train_vit", must_not_run)
+    monkeypatch.setattr(experiment, "build_vit", must_not_run)
+    cfg = smoke_config()
+    with pytest.raises(FileNotFoundError, match="run the data phase first"):
+        experiment.run_seed(cfg, 0, tmp_path / "empty", tmp_path / "models")
+    experiment.write_data(cfg, (0,), tmp_path / "data")
+    stale = cfg.model_copy(update={"data": cfg.data.model_copy(update={"split_seed": 1})})
+    with pytest.raises(ValueError, match=r"token_merging\.data\.split_seed"):
+        experiment.run_seed(stale, 0, tmp_path / "data", tmp_path / "models")
+
+
 def test_random_shift_moves_pixels_within_bounds():
     images = torch.zeros(8, 1, 6, 6)
     images[:, 0, 2, 3] = 1.0

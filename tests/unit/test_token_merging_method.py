@@ -65,22 +65,31 @@ def _equicorrelated_unit_vectors(size: int, rho: float, dim: int = 8) -> torch.T
     return math.sqrt(rho) * basis[0] + math.sqrt(1 - rho) * basis[1:size + 1]
 
 
-def test_kappa_exact_values_and_formula():
+def kappa_check_failures() -> list[str]:
+    """Brief check (a)2 on the library's ``kappa_of_members``; the list of failed cases."""
     eye = torch.eye(4, dtype=F64)
-    assert float(m.kappa_of_members(eye[:2])) == pytest.approx(math.sqrt(0.5), abs=1e-12)
-    assert float(m.kappa_of_members(eye)) == pytest.approx(0.5, abs=1e-12)
-    assert float(m.kappa_of_members(torch.ones(3, 5, dtype=F64) * 2.5)) == pytest.approx(1.0, abs=1e-12)
     correlated = _equicorrelated_unit_vectors(4, 0.5)
-    assert float(m.kappa_of_members(correlated)) == pytest.approx(0.7906, abs=1e-4)
-    assert m.kappa_formula(4, 0.5) == pytest.approx(float(m.kappa_of_members(correlated)), abs=1e-12)
+    cases = {
+        "two orthogonal -> sqrt(0.5)": (m.kappa_of_members(eye[:2]), math.sqrt(0.5)),
+        "four orthonormal -> 0.5": (m.kappa_of_members(eye), 0.5),
+        "identical -> 1": (m.kappa_of_members(torch.ones(3, 5, dtype=F64) * 2.5), 1.0),
+        "cosine 0.5, s = 4 -> 0.7906": (m.kappa_of_members(correlated), m.kappa_formula(4, 0.5)),
+    }
+    return [name for name, (got, want) in cases.items() if abs(float(got) - want) > 1e-12]
+
+
+def test_kappa_exact_values_and_formula():
+    assert kappa_check_failures() == []
+    assert m.kappa_formula(4, 0.5) == pytest.approx(0.7906, abs=1e-4)
     assert m.kappa_formula(4, 0.0) == pytest.approx(0.5)  # = sqrt(r) at r = 1/4
 
 
-def test_kappa_negative_control_wrong_exponent():
-    # The energy ratio itself (kappa^2, a wrong exponent) fails the sqrt(0.5) check.
-    members = torch.eye(2, dtype=F64)
-    broken = members.mean(0).pow(2).sum() / members.pow(2).sum(-1).mean()
-    assert abs(float(broken) - math.sqrt(0.5)) > 0.1
+def test_kappa_negative_control_wrong_exponent(monkeypatch):
+    """The library's kappa replaced by the energy ratio itself (kappa^2, a wrong exponent) fails (a)2."""
+    right = m.kappa_of_members
+    monkeypatch.setattr(m, "kappa_of_members", lambda members: right(members).pow(2))
+    assert set(kappa_check_failures()) == {"two orthogonal -> sqrt(0.5)", "four orthonormal -> 0.5",
+                                           "cosine 0.5, s = 4 -> 0.7906"}
 
 
 def _four_orthonormal_state() -> tuple[m.MergeState, torch.Tensor]:
@@ -306,5 +315,8 @@ def test_vit_from_hf_matches_hugging_face_logits():
     images = torch.randn(3, 3, 8, 8, generator=_rng(9), dtype=F64)
     with torch.no_grad():
         torch.testing.assert_close(ours(images), hf(pixel_values=images).logits, rtol=0, atol=1e-10)
-        # Negative control: a wrong patch order (transposed patches) no longer matches.
-        assert not torch.allclose(ours(images.transpose(2, 3)), hf(pixel_values=images).logits, atol=1e-4)
+        # Negative control: the converted model with its patch-embedding weight permuted (the (C, p, p)
+        # kernel transposed, the classic reshape-order bug) no longer matches Hugging Face.
+        weight = ours.patch_embed.weight
+        weight.copy_(weight.view(16, 3, 2, 2).transpose(2, 3).reshape(16, -1))
+        assert not torch.allclose(ours(images), hf(pixel_values=images).logits, atol=1e-4)
