@@ -1,0 +1,92 @@
+"""coda: wall-clock speed-up of CoDA over LTC, side by side in one process (1- and 2-layer stacks).
+
+    python bench/coda_speedup.py [--profile cpu] [--threads 1] [--repeats 5]
+    (writes bench/results/coda_speedup_<profile>.json)
+
+Models have the profile's sizes, randomly initialised (time does not depend on the weights), on the
+Lotka-Volterra task's shapes: median seconds of one training step (batch of train.batch_size) and of one
+inference forward pass (batch of study.timing_batch, and a single sequence), alternating the models so that
+load changes hit both alike. The claims use deterministic counts (FLOPs, nonlinear evaluations); this is
+where the brief's time-based checks (b)1, (b)2 and (b)4 are measured.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "bench"))
+
+from results_io import write_result  # noqa: E402
+
+
+def coda_section() -> dict:
+    from tasks.common.params import params_section
+
+    return params_section("coda", REPO / "params.yaml")
+
+
+def median_seconds(fn, repeats: int) -> float:
+    fn()  # warm-up
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--profile", default="cpu", choices=["smoke", "cpu", "paper"])
+    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--repeats", type=int, default=5)
+    args = parser.parse_args()
+
+    import torch
+
+    from tasks.coda import data, experiment
+    from tasks.coda.config import CONFIG
+
+    torch.set_num_threads(args.threads)
+    cfg = CONFIG.model_validate(coda_section()[args.profile])
+    task = data.make_task(cfg.data, "lotka_volterra", seed=0)
+    train, test = experiment.task_splits(task, "cpu")
+    batch = train.take(slice(0, cfg.train.batch_size))
+    timing = test.take(slice(0, cfg.study.timing_batch))
+    single = test.take(slice(0, 1))
+    rows = []
+    for layers in (1, 2):
+        models = {kind: experiment.build_model(kind, layers, task, cfg.model, seed=0) for kind in ("ltc", "coda")}
+
+        def train_step(model):
+            loss = experiment.task_loss(model.kind, model(batch.inputs, batch.dt), batch)
+            loss.backward()
+            model.zero_grad(set_to_none=True)
+
+        times: dict[str, dict[str, list[float]]] = {k: {"train": [], "batch": [], "single": []} for k in models}
+        for _ in range(args.repeats):  # alternate the models within each repeat
+            for kind, model in models.items():
+                times[kind]["train"].append(median_seconds(lambda m=model: train_step(m), 1))
+                with torch.no_grad():
+                    times[kind]["batch"].append(median_seconds(lambda m=model: m(timing.inputs, timing.dt), 1))
+                    times[kind]["single"].append(median_seconds(lambda m=model: m(single.inputs, single.dt), 1))
+        medians = {k: {p: statistics.median(v) for p, v in phases.items()} for k, phases in times.items()}
+        row = {"layers": layers, **{f"{kind}_{phase}_ms": round(1e3 * value, 3)
+                                    for kind, phases in medians.items() for phase, value in phases.items()}}
+        for phase in ("train", "batch", "single"):
+            row[f"speedup_{phase}"] = round(medians["ltc"][phase] / medians["coda"][phase], 3)
+        rows.append(row)
+        print(row, flush=True)
+    write_result(f"coda_speedup_{args.profile}", {
+        "profile": args.profile, "threads": args.threads, "repeats": args.repeats, "rows": rows,
+        "two_layer_speedup_at_least_one_layer": rows[1]["speedup_train"] >= rows[0]["speedup_train"]})
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,143 @@
+"""Parameters of one coda profile (the ``coda.<profile>`` section of params.yaml)."""
+
+from __future__ import annotations
+
+from pydantic import Field, field_validator, model_validator
+
+from tasks.common.params import ProfileConfig
+
+TASKS = ("lotka_volterra", "lorenz", "van_der_pol", "glucose_insulin", "oscillator_regimes", "occupancy")
+BASELINES = ("cfc", "odernn", "gru")
+
+
+def _known_tasks(values: list[str]) -> list[str]:
+    unknown = [v for v in values if v not in TASKS]
+    if unknown:
+        raise ValueError(f"unknown task(s) {unknown} (known: {', '.join(TASKS)})")
+    if len(set(values)) != len(values):
+        raise ValueError(f"tasks must be distinct, got {values}")
+    return values
+
+
+class DataConfig(ProfileConfig):
+    """Six procedural, irregularly sampled stand-ins for the LTC applications (brief, "CPU profile: Data")."""
+
+    tasks: list[str] = Field(min_length=1)
+    n_train: int = Field(ge=16)
+    n_test: int = Field(ge=16)
+    seq_len: int = Field(ge=4, le=1000)
+    dt_low: float = Field(default=0.05, gt=0)
+    dt_high: float = Field(default=0.15, gt=0)
+    dt_resolution: float = Field(default=1e-3, gt=0, description="timestamps are logged on this grid")
+    noise: float = Field(default=0.02, ge=0, description="observation noise, in units of the signal scale")
+    forecast_horizon: int = Field(default=10, ge=1, description="Lorenz: free-run steps scored at the end")
+
+    @field_validator("tasks")
+    @classmethod
+    def _tasks(cls, values: list[str]) -> list[str]:
+        return _known_tasks(values)
+
+    @model_validator(mode="after")
+    def _consistent(self) -> DataConfig:
+        if self.dt_low >= self.dt_high:
+            raise ValueError(f"dt_low ({self.dt_low}) must be < dt_high ({self.dt_high})")
+        if self.dt_resolution > self.dt_high - self.dt_low:
+            raise ValueError(f"dt_resolution ({self.dt_resolution}) must be <= dt_high - dt_low")
+        if self.forecast_horizon >= self.seq_len - 1:
+            raise ValueError(f"forecast_horizon ({self.forecast_horizon}) must be < seq_len - 1 ({self.seq_len - 1})")
+        return self
+
+
+class ModelConfig(ProfileConfig):
+    """Sizes of every model (brief, "Models": LTC 32 units and 6 unfolds, CoDA r = 8, a compact GRU)."""
+
+    ltc_units: int = Field(default=32, ge=2)
+    ode_unfolds: int = Field(default=6, ge=1)
+    coda_gru_hidden: int = Field(default=16, ge=2)
+    coda_rank: int = Field(default=8, ge=1)
+    coda_eps: float = Field(default=1e-2, gt=0, description="stability margin: max Re eig(K) <= -eps")
+    baseline_hidden: int = Field(default=32, ge=2, description="hidden size of CfC, ODE-RNN and GRU")
+    odernn_rk4_steps: int = Field(default=1, ge=1)
+
+    @model_validator(mode="after")
+    def _low_dimensional(self) -> ModelConfig:
+        if self.coda_rank >= self.ltc_units:
+            raise ValueError(f"coda_rank ({self.coda_rank}) must be < ltc_units ({self.ltc_units}): r << N")
+        return self
+
+
+class TrainConfig(ProfileConfig):
+    epochs: int = Field(ge=1)
+    batch_size: int = Field(ge=1)
+    lr: float = Field(gt=0, le=1.0)
+    grad_clip: float = Field(default=1.0, gt=0)
+
+
+class StudyConfig(ProfileConfig):
+    """Which comparisons run, and the brief's parity tolerances (acceptance checks (b))."""
+
+    baselines: list[str] = Field(default=list(BASELINES))
+    two_layer_tasks: list[str] = Field(default=[], description="tasks also run with 2-layer LTC and CoDA stacks")
+    convert_tasks: list[str] = Field(default=[], description="tasks where a trained LTC is converted to CoDA")
+    distill_epochs: int = Field(default=5, ge=1)
+    finetune_epochs: int = Field(default=5, ge=1)
+    parity_mse_ratio: float = Field(default=1.1, ge=1.0, description="CoDA MSE <= this x LTC MSE is parity")
+    parity_accuracy_points: float = Field(default=2.0, ge=0, description="CoDA accuracy >= LTC's - this")
+    timing_batch: int = Field(default=256, ge=1, description="inference timing batch (reported, not asserted)")
+    timing_repeats: int = Field(default=3, ge=1)
+
+    @field_validator("baselines")
+    @classmethod
+    def _known_baselines(cls, values: list[str]) -> list[str]:
+        unknown = [v for v in values if v not in BASELINES]
+        if unknown:
+            raise ValueError(f"unknown baseline(s) {unknown} (known: {', '.join(BASELINES)})")
+        return values
+
+    @field_validator("two_layer_tasks", "convert_tasks")
+    @classmethod
+    def _study_tasks(cls, values: list[str]) -> list[str]:
+        return _known_tasks(values)
+
+
+class LfmConfig(ProfileConfig):
+    """Paper profile: replace the gated short-convolution operators of an LFM2 checkpoint by CoDA mixers."""
+
+    model: str = Field(min_length=1, description="e.g. LiquidAI/LFM2-1.2B")
+    dataset: str = Field(default="Salesforce/wikitext", min_length=1)
+    dataset_config: str | None = Field(default="wikitext-103-raw-v1")
+    train_split: str = Field(default="train", min_length=1)
+    eval_split: str = Field(default="validation", min_length=1)
+    n_train_texts: int = Field(ge=1)
+    n_eval_texts: int = Field(ge=1)
+    seq_len: int = Field(ge=8)
+    batch_size: int = Field(ge=1)
+    distill_steps: int = Field(ge=0)
+    finetune_steps: int = Field(ge=0)
+    lr: float = Field(default=1e-4, gt=0)
+    gru_hidden: int = Field(default=256, ge=1)
+    rank: int = Field(default=32, ge=1)
+    timing_steps: int = Field(default=5, ge=1)
+    dtype: str = Field(default="bfloat16", pattern="^(float32|bfloat16|float16)$")
+
+
+class CodaConfig(ProfileConfig):
+    """smoke / cpu: the six synthetic tasks; paper: the same at the brief's sizes plus ``lfm``."""
+
+    data: DataConfig
+    model: ModelConfig = ModelConfig()
+    train: TrainConfig
+    study: StudyConfig = StudyConfig()
+    lfm: LfmConfig | None = None
+    device: str = Field(default="auto", pattern="^(auto|cpu|cuda|mps)$")
+
+    @model_validator(mode="after")
+    def _study_tasks_are_run(self) -> CodaConfig:
+        for key in ("two_layer_tasks", "convert_tasks"):
+            missing = [t for t in getattr(self.study, key) if t not in self.data.tasks]
+            if missing:
+                raise ValueError(f"study.{key}: {missing} not in data.tasks ({self.data.tasks})")
+        return self
+
+
+CONFIG = CodaConfig

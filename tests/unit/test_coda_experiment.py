@@ -1,0 +1,195 @@
+"""coda outside the core math: the params fragment, the data phase and its checks, run_seed at the smoke
+profile (every claim's metric present), figures from its results, the paper-profile LFM path on a tiny
+local stand-in (no network)."""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+
+import numpy as np
+import polars as pl
+import pytest
+import torch
+
+from tasks.coda import data, experiment, figures, lfm
+from tasks.coda.config import CONFIG, LfmConfig
+from tasks.common.claims import load_claims
+from tasks.common.params import ParamsError, params_section, validate_paper_section
+
+TASK_DIR = Path(__file__).resolve().parents[2] / "tasks" / "coda"
+SLUG = "coda"
+
+
+def profile_section() -> dict:
+    return params_section("coda")
+
+
+def smoke_config():
+    return CONFIG.model_validate(profile_section()["smoke"])
+
+
+def test_fragment_validates_every_profile():
+    configs = validate_paper_section(SLUG, profile_section())
+    assert set(configs) == {"smoke", "cpu", "paper"}
+    assert configs["paper"].lfm is not None and configs["cpu"].lfm is None
+    assert len(configs["cpu"].data.tasks) == 6 and configs["cpu"].device == "auto"
+
+
+@pytest.mark.parametrize("path,value,message", [
+    (("cpu", "model", "coda_rank"), 0, "coda.cpu.model.coda_rank"),
+    (("cpu", "model", "coda_rank"), 64, "r << N"),
+    (("smoke", "data", "tasks"), ["sine"], "unknown task"),
+    (("cpu", "data", "dt_low"), 0.5, "dt_low"),
+    (("cpu", "study", "two_layer_tasks"), ["lorenz", "lorenz"], "distinct"),
+    (("cpu", "train", "surprise"), 1, "unknown key"),
+    (("cpu", "device"), "tpu", "coda.cpu.device"),
+])
+def test_bad_values_name_the_key(path, value, message):
+    section = copy.deepcopy(profile_section())
+    node = section
+    for key in path[:-1]:
+        node = node[key]
+    node[path[-1]] = value
+    with pytest.raises(ParamsError, match=message.replace(".", r"\.")):
+        validate_paper_section(SLUG, section)
+
+
+def test_study_tasks_must_be_run():
+    raw = profile_section()["smoke"]
+    raw["study"]["convert_tasks"] = ["lorenz"]
+    with pytest.raises(ValueError, match="study.convert_tasks"):
+        CONFIG.model_validate(raw)
+
+
+@pytest.mark.parametrize("name", ["lotka_volterra", "lorenz", "van_der_pol", "glucose_insulin",
+                                  "oscillator_regimes", "occupancy"])
+def test_every_task_is_seeded_irregular_and_standardised(name):
+    cfg = CONFIG.model_validate(profile_section()["cpu"]).data.model_copy(update={"n_train": 64, "n_test": 16})
+    first, again, other = (data.make_task(cfg, name, s) for s in (0, 0, 1))
+    assert np.array_equal(first.inputs, again.inputs) and not np.array_equal(first.inputs, other.inputs)
+    assert first.dt.min() >= cfg.dt_low - 1e-6 and first.dt.max() <= cfg.dt_high + 1e-6
+    assert np.allclose(np.round(first.dt / cfg.dt_resolution) * cfg.dt_resolution, first.dt, atol=1e-6)
+    assert np.isfinite(first.inputs).all() and first.inputs.shape[:2] == (80, cfg.seq_len)
+    train = first.inputs[:64, :, :-1]
+    assert np.allclose(train.mean(axis=(0, 1)), 0, atol=1e-4) and np.allclose(train.std(axis=(0, 1)), 1, atol=1e-3)
+    if first.kind == "classify":
+        assert set(np.unique(first.targets)) == set(range(first.n_outputs))
+    else:
+        assert first.mask.sum() > 0 and first.targets.shape[-1] == first.n_outputs
+
+
+def test_lorenz_hides_and_scores_only_the_horizon():
+    cfg = smoke_config().data.model_copy(update={"tasks": ["lorenz"]})
+    task = data.make_task(cfg, "lorenz", 0)
+    h = cfg.forecast_horizon
+    assert (task.mask[:, -h:] == 1).all() and (task.mask[:, :-h] == 0).all()
+    assert (task.inputs[:, -h:, 3] == task.inputs[0, -1, 3]).all()  # the observed flag is constant in the horizon
+
+
+@pytest.fixture(scope="module")
+def smoke_run(tmp_path_factory):
+    torch.set_num_threads(1)
+    root = tmp_path_factory.mktemp("coda")
+    cfg = smoke_config()
+    written = experiment.write_data(cfg, (0,), root / "data")
+    result = experiment.run_seed(cfg, 0, root / "data", root / "models")
+    return cfg, root, written, result
+
+
+def test_write_data_outputs(smoke_run):
+    cfg, root, written, _ = smoke_run
+    assert [p.name for p in written] == ["lotka_volterra_seed0.parquet"]
+    assert pl.read_parquet(written[0]).height == cfg.data.n_train + cfg.data.n_test
+    assert not [p for p in (root / "data").iterdir() if p.name.endswith(".partial")]
+
+
+def test_run_seed_returns_every_claim_metric(smoke_run):
+    _, root, _, result = smoke_run
+    claims = load_claims(TASK_DIR / "claims.yaml")
+    needed = {c.metric for c in claims if c.metric is not None and c.profiles != ["paper"]}
+    assert needed <= set(result["metrics"]), needed - set(result["metrics"])
+    assert all(isinstance(v, float) and np.isfinite(v) for v in result["metrics"].values())
+    assert result["metrics"]["nfe_ratio_ltc_over_coda"] == 6.0
+    assert result["metrics"]["coda_max_real_eig_plus_eps"] <= 0
+    assert result["metrics"]["zoh_vs_rk4_max_abs_error"] <= 1e-5
+    weights = sorted(p.name for p in (root / "models" / "seed0").iterdir())
+    assert "lotka_volterra_coda_L1.safetensors" in weights and "lotka_volterra_ltc_L2.safetensors" in weights
+
+
+def test_paper_only_claims_are_the_lfm_ones():
+    claims = load_claims(TASK_DIR / "claims.yaml")
+    assert {c.metric for c in claims if c.profiles == ["paper"]} == {
+        "lfm_train_speedup", "lfm_inference_speedup", "lfm_perplexity_ratio"}
+
+
+def test_run_seed_is_deterministic(smoke_run, tmp_path):
+    cfg, root, _, result = smoke_run
+    again = experiment.run_seed(cfg, 0, root / "data", tmp_path / "models")
+    scores = [r["score"] for r in result["tables"]["models"]]
+    assert scores == [r["score"] for r in again["tables"]["models"]]
+    deterministic = [k for k in result["metrics"] if not k.startswith(("seconds_", "measured_"))]
+    assert {k: result["metrics"][k] for k in deterministic} == {k: again["metrics"][k] for k in deterministic}
+
+
+def test_figures_build_from_results(smoke_run, tmp_path):
+    cfg, _, _, result = smoke_run
+    other = copy.deepcopy(result) | {"seed": 1}
+    made = figures.make_figures(cfg, [result, other], tmp_path / "figures", tmp_path / "plots")
+    assert sorted(p.name for p in made) == ["models.csv", "pareto.png", "speedup.csv", "speedup.png"]
+    assert all(p.stat().st_size > 0 for p in made)
+    assert pl.read_csv(tmp_path / "plots" / "models.csv")["seed"].unique().sort().to_list() == [0, 1]
+
+
+def test_stale_or_missing_data_is_rejected_naming_the_key(smoke_run, tmp_path):
+    cfg, root, _, _ = smoke_run
+    longer = cfg.model_copy(update={"data": cfg.data.model_copy(update={"seq_len": 30})})
+    with pytest.raises(ValueError, match=r"coda\.data\.seq_len"):
+        experiment.run_seed(longer, 0, root / "data", tmp_path)
+    with pytest.raises(FileNotFoundError, match="data phase"):
+        experiment.run_seed(cfg, 7, root / "data", tmp_path)
+
+
+# ----------------------------------------------------------------------------------------------------
+# Paper profile on a tiny local LFM2 stand-in
+# ----------------------------------------------------------------------------------------------------
+
+def tiny_lfm():
+    from transformers import Lfm2Config, Lfm2ForCausalLM
+
+    config = Lfm2Config(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                        num_attention_heads=4, num_key_value_heads=2, layer_types=["conv", "full_attention"],
+                        max_position_embeddings=64)
+    torch.manual_seed(0)
+    return Lfm2ForCausalLM(config).eval()
+
+
+def test_lfm_conversion_replaces_short_convs_and_measures(tmp_path):
+    teacher = tiny_lfm()
+    cfg = LfmConfig(model="local", n_train_texts=1, n_eval_texts=1, seq_len=16, batch_size=4, distill_steps=3,
+                    finetune_steps=2, gru_hidden=8, rank=4, timing_steps=1, dtype="float32")
+    blocks = torch.randint(0, 64, (12, 16), generator=torch.Generator().manual_seed(0))
+    before = teacher.state_dict()["model.layers.0.conv.in_proj.weight"].clone()
+    metrics, rows = lfm.compare_models(teacher, blocks[:8], blocks[8:], cfg, seed=0)
+    assert set(metrics) >= {"lfm_train_speedup", "lfm_inference_speedup", "lfm_perplexity_ratio"}
+    assert all(np.isfinite(v) and v > 0 for v in metrics.values())
+    assert [r["model"] for r in rows] == ["original", "coda"]
+    assert torch.equal(teacher.state_dict()["model.layers.0.conv.in_proj.weight"], before)  # teacher untouched
+    student = lfm.replace_short_convs(teacher, 8, 4, seed=0)
+    assert isinstance(student.model.layers[0].conv, lfm.CodaTokenMixer)
+    assert not hasattr(student.model.layers[1], "conv")
+
+
+def test_token_blocks_and_missing_blocks():
+    class CharTokenizer:
+        def __call__(self, text):
+            return {"input_ids": [ord(c) % 50 for c in text]}
+
+    blocks = data.token_blocks(CharTokenizer(), ["abcdefgh", "ijklm"], seq_len=4)
+    assert blocks.shape == (3, 4) and blocks[0].tolist() == [ord(c) % 50 for c in "abcd"]
+    with pytest.raises(ValueError, match="seq_len"):
+        data.token_blocks(CharTokenizer(), ["ab"], seq_len=4)
+    cfg = LfmConfig(model="local", n_train_texts=1, n_eval_texts=1, seq_len=8, batch_size=1, distill_steps=0,
+                    finetune_steps=0)
+    with pytest.raises(FileNotFoundError, match="data phase"):
+        lfm.read_blocks(cfg, Path("/nonexistent"), "train")
