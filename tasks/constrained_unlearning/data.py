@@ -8,12 +8,9 @@ mode), its parameters and its training samples as parquet. paper: hub checkpoint
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import numpy as np
 import polars as pl
 
-from tasks.common.io import write_with
 from tasks.constrained_unlearning import method
 from tasks.constrained_unlearning.config import GridConfig, MixtureConfig
 from tasks.constrained_unlearning.mixture import GaussianMixture, single_gaussian
@@ -61,10 +58,6 @@ def grid_problem(q: GaussianMixture, forget: GaussianMixture, grid_cfg: GridConf
     problem = method.GridProblem(q.log_density(grid.points), forget.log_density(grid.points), grid.cell,
                                  grid.ball(forget.means[0], 2 * forget.sigma))
     return grid, problem
-
-
-def write_parquet(frame: pl.DataFrame, path: Path) -> Path:
-    return write_with(path, lambda tmp: frame.write_parquet(tmp))
 
 
 # ------------------------------------------------------------------------------------------------

@@ -10,12 +10,10 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 
 import torch
 from torch import nn
 
-from tasks.common.io import atomic_path
 from tasks.common.seeding import torch_init_seed
 
 
@@ -126,20 +124,3 @@ def train(model: nn.Module, loss_fn: Callable[[torch.Generator], torch.Tensor], 
         if on_step is not None:
             on_step(step, losses[-1])
     return losses
-
-
-def save_weights(model: nn.Module, path: Path) -> Path:
-    """Atomic safetensors file of the model's parameters."""
-    from safetensors.torch import save_file
-
-    state = {k: v.detach().contiguous() for k, v in model.state_dict().items()}
-    with atomic_path(path) as tmp:
-        save_file(state, str(tmp))
-    return path
-
-
-def load_weights(model: nn.Module, path: Path) -> nn.Module:
-    from safetensors.torch import load_file
-
-    model.load_state_dict(load_file(str(path)))
-    return model

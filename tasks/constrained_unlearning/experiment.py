@@ -17,12 +17,12 @@ import numpy as np
 import polars as pl
 import torch
 
+from tasks.common.io import save_state_dict, write_parquet
+from tasks.common.results import Progress, SeedResult
 from tasks.constrained_unlearning import baselines, data, diffusion, method
 from tasks.constrained_unlearning.config import ConstrainedUnlearningConfig, GridConfig
 from tasks.constrained_unlearning.mixture import GaussianMixture
 
-SeedResult = dict[str, Any]
-Progress = Callable[[float, str], None] | None
 SCATTER_POINTS = 600  # samples per model kept in the results for the before/after figure
 
 
@@ -52,13 +52,25 @@ def load_seed_data(cfg: ConstrainedUnlearningConfig, seed: int, data_dir: Path
     return q, forget, close, samples
 
 
+HUB_NOT_IMPLEMENTED = ("constrained_unlearning.paper.hub: paper Stage B (Stable Diffusion / DDPM-CelebA-HQ + LoRA, "
+                       "CLIP scoring) not implemented; remove the hub section to run the exact Stage A at this profile")
+
+
+def refuse_unimplemented(cfg: ConstrainedUnlearningConfig) -> None:
+    """A config naming the paper-scale models must not run the toy silently in their place: fail before any
+    compute. The hub loaders (``data.load_diffusion_pipeline``, ``data.load_clip``) exist; the training does not."""
+    if cfg.hub is not None:
+        raise NotImplementedError(HUB_NOT_IMPLEMENTED)
+
+
 def write_data(cfg: ConstrainedUnlearningConfig, seeds: tuple[int, ...], data_dir: Path) -> list[Path]:
     """Data phase: the mixture's modes and its training samples, per seed."""
+    refuse_unimplemented(cfg)
     written = []
     for seed in seeds:
-        written.append(data.write_parquet(data.mixture_table(cfg.mixture, seed),
+        written.append(write_parquet(data.mixture_table(cfg.mixture, seed),
                                           data_dir / f"mixture_seed{seed}.parquet"))
-        written.append(data.write_parquet(data.training_samples(cfg.mixture, seed),
+        written.append(write_parquet(data.training_samples(cfg.mixture, seed),
                                           data_dir / f"train_seed{seed}.parquet"))
     return written
 
@@ -167,7 +179,7 @@ class Evaluator:
 
 
 def pretrain(cfg: ConstrainedUnlearningConfig, seed: int, pool: torch.Tensor, schedule: diffusion.NoiseSchedule,
-             generator: torch.Generator, progress: Progress) -> tuple[torch.nn.Module, list[float]]:
+             generator: torch.Generator, progress: Progress | None) -> tuple[torch.nn.Module, list[float]]:
     ddpm = cfg.ddpm
     model = diffusion.build_model(ddpm.hidden, ddpm.layers, ddpm.time_dim, ddpm.timesteps, seed)
     every = max(1, ddpm.pretrain_steps // 5)
@@ -194,7 +206,7 @@ def clone(model: torch.nn.Module) -> torch.nn.Module:
 
 def constrained_runs(cfg: ConstrainedUnlearningConfig, seed: int, pretrained: torch.nn.Module, pool: torch.Tensor,
                      q: GaussianMixture, forget: GaussianMixture, targets: dict[str, dict[str, float]],
-                     evaluator: Evaluator, model_dir: Path, progress: Progress
+                     evaluator: Evaluator, before: dict[str, float], model_dir: Path, progress: Progress | None
                      ) -> tuple[dict[str, float], dict[str, list[float]], list[dict], dict[str, np.ndarray]]:
     """One primal-dual unlearning run per formulation, from the pretrained weights, thresholds from Stage A."""
     un = cfg.unlearn
@@ -220,7 +232,7 @@ def constrained_runs(cfg: ConstrainedUnlearningConfig, seed: int, pretrained: to
             f, model, evaluator.schedule, pool, log_q_pool, log_qu_pool, targets[f]["bound"], constraint,
             dual_updates=un.dual_updates, steps_per_dual=un.steps_per_dual, batch_size=un.batch_size, lr=un.lr,
             dual_lr=getattr(un.dual_lr, f), dual_samples=un.dual_samples, generator=generator, progress=report)
-        diffusion.save_weights(model, model_dir / f"seed{seed}" / f"unlearned_{f}.safetensors")
+        save_state_dict(model, model_dir / f"seed{seed}" / f"unlearned_{f}.safetensors")
         samples[f] = evaluator.samples(model)
         scores = evaluator.metrics(samples[f])
         lam_star = targets[f]["lambda_star"]
@@ -232,12 +244,40 @@ def constrained_runs(cfg: ConstrainedUnlearningConfig, seed: int, pretrained: to
         }
         curves[f"b_lambda_{f}"] = run.lambdas
         rows.append({"method": f"{f.upper()} (constrained)", "family": "constrained", "param": run.lam} | scores)
-    metrics["b_lu_over_ru_retained_kl"] = metrics["b_lu_retained_kl"] / max(metrics["b_ru_retained_kl"], 1e-12)
+    target_mass = cfg.grid.target_forget_mass
+    for f in method.FORMULATIONS:
+        metrics[f"b_{f}_retained_kl_at_target"] = retained_kl_at_mass(
+            before, {"forget_mass": metrics[f"b_{f}_forget_mass"], "retained_kl": metrics[f"b_{f}_retained_kl"]},
+            target_mass)
+    floor = before["retained_kl"]
+    lu_kl, ru_kl = metrics["b_lu_retained_kl_at_target"], metrics["b_ru_retained_kl_at_target"]
+    metrics |= {
+        # C4b: both runs' retained KL interpolated onto the target forget mass (matched mass); the sampling floor
+        # is NOT subtracted (it inflates LU's small value more than RU's, so keeping it is the conservative side).
+        "b_lu_over_ru_retained_kl": lu_kl / max(ru_kl, 1e-12),
+        "b_lu_retained_kl_above_floor": lu_kl - floor,  # reported next to the ratio (a ratio of two
+        "b_ru_retained_kl_above_floor": ru_kl - floor,  # differences near 0 would be meaningless)
+        "b_lu_over_ru_retained_kl_unmatched": metrics["b_lu_retained_kl"] / max(metrics["b_ru_retained_kl"], 1e-12),
+        "b_lu_ru_forget_mass_gap": abs(metrics["b_lu_forget_mass"] - metrics["b_ru_forget_mass"]),
+    }
     return metrics, curves, rows, samples
 
 
+def retained_kl_at_mass(before: dict[str, float], after: dict[str, float], target_mass: float) -> float:
+    """Retained-region KL of an unlearning run read at ``target_mass``: linear in forget mass along the segment
+    from the pretrained model (lambda = 0: its forget mass, and its retained KL, which is the sampling floor)
+    to the run's end point. One run per formulation gives only these two points on its trade-off curve; the
+    segment puts two runs that ended at different forget masses at the same mass (extrapolating when a run
+    stopped short of the target). Equals the run's own value when it hit the target exactly."""
+    m0, k0 = before["forget_mass"], before["retained_kl"]
+    m1, k1 = after["forget_mass"], after["retained_kl"]
+    if abs(m0 - m1) < 1e-9:  # the run did not move the forget mass: no segment to read from
+        return k1
+    return k0 + (k1 - k0) * (m0 - target_mass) / (m0 - m1)
+
+
 def baseline_sweeps(cfg: ConstrainedUnlearningConfig, seed: int, pretrained: torch.nn.Module, pool: torch.Tensor,
-                    forget: GaussianMixture, evaluator: Evaluator, progress: Progress) -> list[dict]:
+                    forget: GaussianMixture, evaluator: Evaluator, progress: Progress | None) -> list[dict]:
     """Every baseline at every swept weight, fine-tuned from the pretrained weights for the same step count."""
     bl = cfg.baselines
     inside = np.linalg.norm(pool.numpy() - forget.means[0][None, :], axis=1) < 2 * forget.sigma
@@ -279,13 +319,13 @@ def pareto_gap(rows: list[dict], point: dict) -> float:
 
 def stage_b(cfg: ConstrainedUnlearningConfig, seed: int, q: GaussianMixture, forget: GaussianMixture,
             close: np.ndarray, train_points: np.ndarray, targets: dict[str, dict[str, float]], model_dir: Path,
-            progress: Progress) -> tuple[dict[str, float], dict[str, list[float]], dict[str, list[dict]]]:
+            progress: Progress | None) -> tuple[dict[str, float], dict[str, list[float]], dict[str, list[dict]]]:
     ddpm = cfg.ddpm
     schedule = diffusion.NoiseSchedule.linear(ddpm.timesteps)
     pool = torch.as_tensor(train_points, dtype=torch.float32)
     generator = torch.Generator().manual_seed(seed)
     model, losses = pretrain(cfg, seed, pool, schedule, generator, progress)
-    diffusion.save_weights(model, model_dir / f"seed{seed}" / "pretrained.safetensors")
+    save_state_dict(model, model_dir / f"seed{seed}" / "pretrained.safetensors")
     model.eval()
     sample_gen = torch.Generator().manual_seed(5_000 + seed)
     reference = diffusion.sample(model, schedule, 2 * ddpm.eval_samples, sample_gen).numpy().astype(np.float64)
@@ -300,7 +340,7 @@ def stage_b(cfg: ConstrainedUnlearningConfig, seed: int, q: GaussianMixture, for
     scatter = {"pretrained": before_samples}
     if cfg.unlearn is not None:
         c_metrics, c_curves, c_rows, c_samples = constrained_runs(cfg, seed, model, pool, q, forget, targets,
-                                                                  evaluator, model_dir, progress)
+                                                                  evaluator, before, model_dir, progress)
         metrics |= c_metrics
         curves |= c_curves
         rows += c_rows
@@ -323,9 +363,10 @@ def stage_b(cfg: ConstrainedUnlearningConfig, seed: int, q: GaussianMixture, for
 # ------------------------------------------------------------------------------------------------
 
 def run_seed(cfg: ConstrainedUnlearningConfig, seed: int, data_dir: Path, model_dir: Path, device: str = "cpu",
-             progress: Progress = None) -> SeedResult:
+             progress: Progress | None = None) -> SeedResult:
     """Stage A (exact) and Stage B (DDPM) for one seed. The toy runs on the CPU whatever ``device`` says: its
     2-D MLP is too small to gain from an accelerator."""
+    refuse_unimplemented(cfg)
     timings: dict[str, float] = {}
     start = time.perf_counter()
     q, forget, close, train_points = load_seed_data(cfg, seed, data_dir)

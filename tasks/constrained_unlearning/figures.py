@@ -15,8 +15,7 @@ from typing import Any
 import numpy as np
 import polars as pl
 
-from tasks.common.figures import new_figure, save_figure
-from tasks.common.io import write_with
+from tasks.common.figures import new_figure, save_figure, write_plot_csv
 from tasks.constrained_unlearning.method import FORMULATIONS
 
 Results = Sequence[Mapping[str, Any]]
@@ -82,11 +81,6 @@ def lambda_figure(results: Results, path: Path) -> Path:
     return save_figure(fig, path)
 
 
-def write_csv(rows: list[dict], path: Path) -> Path:
-    frame = pl.DataFrame(rows)
-    return write_with(path, lambda tmp: frame.write_csv(tmp))
-
-
 def make_figures(config, results: Results, figures_dir: Path, plots_dir: Path) -> list[Path]:
     """PNG figures and CSV plot sources; ``config`` is unused (everything needed is in the results)."""
     made = [samples_figure(results, figures_dir / "samples.png"),
@@ -94,9 +88,9 @@ def make_figures(config, results: Results, figures_dir: Path, plots_dir: Path) -
             lambda_figure(results, figures_dir / "lambda_trajectories.png")]
     tradeoff = [row | {"seed": r["seed"]} for r in results for row in r["tables"].get("tradeoff", [])]
     if tradeoff:
-        made.append(write_csv(tradeoff, plots_dir / "tradeoff.csv"))
+        made.append(write_plot_csv(tradeoff, plots_dir / "tradeoff.csv"))
     lambdas = [{"seed": r["seed"], "stage": name[0], "formulation": name[-2:], "step": i, "lambda": v}
                for r in results for name, curve in r["curves"].items() if "_lambda_" in name
                for i, v in enumerate(curve)]
-    made.append(write_csv(lambdas, plots_dir / "lambda_trajectories.csv"))
+    made.append(write_plot_csv(lambdas, plots_dir / "lambda_trajectories.csv"))
     return [p for p in made if p is not None]

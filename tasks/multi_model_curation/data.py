@@ -15,7 +15,6 @@ from typing import Any
 import numpy as np
 import polars as pl
 
-from tasks.common.io import write_with
 from tasks.multi_model_curation import method
 
 REAL_MEAN = 0.0
@@ -43,10 +42,6 @@ def unconditional_path(data_dir: Path, seed: int) -> Path:
 
 def conditional_path(data_dir: Path, seed: int) -> Path:
     return data_dir / f"real_conditional_seed{seed}.parquet"
-
-
-def write_parquet(frame: pl.DataFrame, path: Path) -> Path:
-    return write_with(path, lambda tmp: frame.write_parquet(tmp))
 
 
 def _read(path: Path, key: str) -> pl.DataFrame:

@@ -9,10 +9,8 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import polars as pl
 
-from tasks.common.figures import new_figure, save_figure
-from tasks.common.io import write_with
+from tasks.common.figures import new_figure, save_figure, write_plot_csv
 
 COUPLED = ("dampen", "cross_invert", "self_invert")
 Results = Sequence[Mapping[str, Any]]
@@ -84,24 +82,20 @@ def sign_table(results: Results, path: Path) -> Path | None:
     return save_figure(fig, path)
 
 
-def _write_csv(rows: list[dict], path: Path) -> Path:
-    frame = pl.DataFrame(rows)
-    return write_with(path, lambda tmp: frame.write_csv(tmp))
-
-
 def make_figures(config: Any, results: Results, figures_dir: Path, plots_dir: Path) -> list[Path]:
     """Every PNG and CSV plot source of the paper from the per-seed results."""
     figures_dir, plots_dir = Path(figures_dir), Path(plots_dir)
     made = [alignment_trajectories(results, figures_dir / "alignment_trajectories.png"),
             influence_heatmap(results, figures_dir / "influence_heatmap.png"),
             sign_table(results, figures_dir / "sign_table.png")]
-    _write_csv([dict(row) for row in results[0]["tables"]["influence_heatmap"]], plots_dir / "influence_heatmap.csv")
+    write_plot_csv([dict(row) for row in results[0]["tables"]["influence_heatmap"]],
+                   plots_dir / "influence_heatmap.csv")
     if "sign_table" in results[0]["tables"]:
-        _write_csv([row | {"seed": r["seed"]} for r in results for row in r["tables"]["sign_table"]],
+        write_plot_csv([row | {"seed": r["seed"]} for r in results for row in r["tables"]["sign_table"]],
                    plots_dir / "sign_table.csv")
         trajectory_rows = [{"seed": r["seed"], "config": name, "round": t, "A1": a1, "A2": a2}
                            for r in results for name in COUPLED
                            for t, (a1, a2) in enumerate(zip(r["curves"][f"sampled_{name}_A1"],
                                                             r["curves"][f"sampled_{name}_A2"]))]
-        _write_csv(trajectory_rows, plots_dir / "alignment_trajectories.csv")
+        write_plot_csv(trajectory_rows, plots_dir / "alignment_trajectories.csv")
     return [p for p in made if p is not None]

@@ -155,3 +155,52 @@ def test_paper_profile_loader_without_diffusers_says_what_to_install(monkeypatch
     monkeypatch.setattr(builtins, "__import__", no_diffusers)
     with pytest.raises(ImportError, match="pip install diffusers peft"):
         data.load_diffusion_pipeline("CompVis/stable-diffusion-v1-4")
+
+
+def test_paper_profile_hub_section_is_refused_before_any_compute(tmp_path):
+    """The paper profile names Stable Diffusion checkpoints whose Stage B is not implemented: both phases
+    fail at once, naming the key, instead of running the toy in their place (the data folder is absent, so a
+    late check would fail with FileNotFoundError instead)."""
+    paper = CONFIG.model_validate(fragment()["paper"])
+    with pytest.raises(NotImplementedError, match=r"constrained_unlearning\.paper\.hub"):
+        experiment.run_seed(paper, 0, tmp_path / "absent", tmp_path / "models")
+    with pytest.raises(NotImplementedError, match=r"constrained_unlearning\.paper\.hub"):
+        experiment.write_data(paper, (0,), tmp_path / "data")
+    assert not (tmp_path / "data").exists() and not (tmp_path / "models").exists()
+    without_hub = paper.model_copy(update={"hub": None})
+    experiment.refuse_unimplemented(without_hub)  # Stage A alone is allowed
+
+
+def test_retained_kl_at_mass_reads_both_runs_at_the_target_mass():
+    before = {"forget_mass": 0.09, "retained_kl": 0.03}
+    # A run that hit the target exactly keeps its own value.
+    assert experiment.retained_kl_at_mass(before, {"forget_mass": 0.05, "retained_kl": 0.2}, 0.05) == pytest.approx(0.2)
+    # Overshoot (4% forget mass): read halfway back along the segment to the pretrained point.
+    assert experiment.retained_kl_at_mass(before, {"forget_mass": 0.01, "retained_kl": 0.23}, 0.05) == \
+        pytest.approx(0.13)
+    # Undershoot (6%): extrapolated along the same segment.
+    assert experiment.retained_kl_at_mass(before, {"forget_mass": 0.07, "retained_kl": 0.08}, 0.05) == \
+        pytest.approx(0.13)
+    # Negative control: the unmatched ratio of two runs at different masses differs from the matched one.
+    lu = {"forget_mass": 0.03, "retained_kl": 0.05}
+    ru = {"forget_mass": 0.07, "retained_kl": 0.08}
+    matched = experiment.retained_kl_at_mass(before, lu, 0.05) / experiment.retained_kl_at_mass(before, ru, 0.05)
+    assert abs(matched - lu["retained_kl"] / ru["retained_kl"]) > 0.1
+
+
+def test_c4b_ratio_is_at_matched_mass(smoke_run):
+    """C4b's metric is the ratio of the two runs' retained KL read at the target forget mass, not of their raw
+    end points; the raw ratio, the KL above the floor and the mass gap are reported next to it."""
+    cfg, _, _, result = smoke_run
+    m = result["metrics"]
+    target = cfg.grid.target_forget_mass
+    before = {"forget_mass": m["b_pretrained_forget_mass"], "retained_kl": m["b_pretrained_retained_kl"]}
+    at = {f: experiment.retained_kl_at_mass(before, {"forget_mass": m[f"b_{f}_forget_mass"],
+                                                     "retained_kl": m[f"b_{f}_retained_kl"]}, target)
+          for f in ("lu", "ru")}
+    assert m["b_lu_over_ru_retained_kl"] == pytest.approx(at["lu"] / at["ru"])
+    floor = m["b_pretrained_retained_kl"]
+    assert m["b_lu_retained_kl_above_floor"] == pytest.approx(at["lu"] - floor)
+    assert m["b_ru_retained_kl_above_floor"] == pytest.approx(at["ru"] - floor)
+    assert m["b_lu_ru_forget_mass_gap"] == pytest.approx(abs(m["b_lu_forget_mass"] - m["b_ru_forget_mass"]))
+    assert m["b_lu_over_ru_retained_kl_unmatched"] == pytest.approx(m["b_lu_retained_kl"] / m["b_ru_retained_kl"])

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 import torch
 
+from tasks.common.io import load_state_dict, save_state_dict
 from tasks.common.params import params_section
 from tasks.constrained_unlearning import baselines, data, diffusion, method
 from tasks.constrained_unlearning.config import CONFIG
@@ -51,8 +52,6 @@ def test_esd_correspondence_eta_two_is_lambda_two_thirds():
     assert method.lambda_from_eta(2.0) == pytest.approx(2 / 3, abs=1e-12)
     for lam in (0.0, 0.1, 0.5, 0.9):
         assert method.lambda_from_eta(method.eta_from_lambda(lam)) == pytest.approx(lam, abs=1e-12)
-    # Negative control: the naive "eta = lambda" reading does not give ESD's eta = 2.
-    assert abs(2 / 3 - 2.0) > 1.0
     with pytest.raises(ValueError, match=r"\[0, 1\)"):
         method.eta_from_lambda(1.0)
 
@@ -66,17 +65,33 @@ def _fd_score(log_density: np.ndarray, step: float) -> np.ndarray:
 
 
 @pytest.mark.parametrize("lam", [0.0376, 0.3, 2 / 3])
-def test_ru_score_identity_on_a_1d_grid(reference, lam):
-    problem = reference["problem"]
+def ru_score_identity_error(problem, lam: float) -> float:
+    """(a)2: max |FD gradient of log p*_RU - (grad log q - eta (grad log q_u - grad log q))|, both via the library."""
     step = 24.0 / (len(problem.log_q) - 1)
     log_p = np.log(method.ru_target(problem, lam))
     composed = method.ru_score(_fd_score(problem.log_q, step), _fd_score(problem.log_qu, step), lam)
     support = np.isfinite(log_p)
-    assert np.max(np.abs(_fd_score(log_p, step)[support] - composed[support])) < 1e-6
-    # Negative control: dropping the 1/(1 - lambda) exponent breaks the identity.
-    wrong = problem.log_q - lam * problem.log_qu
-    if lam > 0:
-        assert np.max(np.abs(_fd_score(wrong, step) - composed)) > 1e-3
+    return float(np.max(np.abs(_fd_score(log_p, step)[support] - composed[support])))
+
+
+@pytest.mark.parametrize("lam", [0.0376, 0.3, 2 / 3])
+def test_ru_score_identity_on_a_1d_grid(reference, lam):
+    assert ru_score_identity_error(reference["problem"], lam) < 1e-6
+
+
+@pytest.mark.parametrize("lam", [0.0376, 0.3, 2 / 3])
+def test_ru_score_identity_fails_without_the_exponent(reference, monkeypatch, lam):
+    """Negative control of (a)2: the library's RU target without the 1/(1 - lambda) exponent breaks the identity."""
+    monkeypatch.setattr(method, "ru_log_target", lambda log_q, log_qu, lam: log_q - lam * log_qu)
+    assert ru_score_identity_error(reference["problem"], lam) > 1e-3
+
+
+def test_ru_score_identity_fails_with_eta_equal_lambda(reference, monkeypatch):
+    """Negative control of (a)1-2: the naive reading eta = lambda in the library breaks ESD's eta = 2 at
+    lambda = 2/3 and the score identity."""
+    monkeypatch.setattr(method, "eta_from_lambda", lambda lam: lam)
+    assert method.eta_from_lambda(2 / 3) != pytest.approx(2.0)
+    assert ru_score_identity_error(reference["problem"], 2 / 3) > 1e-3
 
 
 def test_fu_recovers_the_retained_distribution():
@@ -106,13 +121,30 @@ def test_lu_at_zero_lambda_is_q(reference):
 @pytest.mark.parametrize("formulation,lams", [("ru", np.linspace(0, 0.9, 12)), ("fu", np.linspace(0, 0.24, 12)),
                                               ("lu", np.linspace(0, 30, 12))])
 def test_forget_mass_strictly_decreasing_in_lambda(reference, formulation, lams):
-    problem = reference["problem"]
+    assert forget_mass_strictly_decreasing(reference["problem"], formulation, lams)
+
+
+def forget_mass_strictly_decreasing(problem, formulation, lams) -> bool:
     masses = [method.mass(method.target(formulation, problem, lam), problem.forget_mask, problem.cell) for lam in lams]
-    assert np.all(np.diff(masses) < 0)
-    # Negative control: the LU target with the wrong sign, q exp(+lambda q_u), increases the forget mass.
-    wrong = [method.mass(method.normalise_log(problem.log_q + lam * problem.qu, problem.cell), problem.forget_mask,
-                         problem.cell) for lam in np.linspace(0, 30, 12)]
-    assert not np.all(np.diff(wrong) < 0)
+    return bool(np.all(np.diff(masses) < 0))
+
+
+# Each formulation's own broken target, injected into the library: the constraint term's sign flipped.
+BROKEN_TARGETS = {
+    "ru": ("ru_log_target", lambda log_q, log_qu, lam: (log_q + lam * log_qu) / (1.0 - lam)),
+    "fu": ("fu_unnormalised", lambda q, qu, lam: np.clip(q + lam * qu, 0.0, None)),
+    "lu": ("lu_log_target", lambda log_q, qu, lam: log_q + lam * qu),
+}
+
+
+@pytest.mark.parametrize("formulation,lams", [("ru", np.linspace(0, 0.9, 12)), ("fu", np.linspace(0, 0.24, 12)),
+                                              ("lu", np.linspace(0, 30, 12))])
+def test_forget_mass_check_fails_with_a_wrong_sign_target(reference, monkeypatch, formulation, lams):
+    """Negative control of (a)3, per formulation: its target with the constraint's sign flipped (RU
+    (q q_u^lambda)^{1/(1-lambda)}, FU (q + lambda q_u)_+, LU q exp(+lambda q_u)) raises the forget mass."""
+    name, broken = BROKEN_TARGETS[formulation]
+    monkeypatch.setattr(method, name, broken)
+    assert not forget_mass_strictly_decreasing(reference["problem"], formulation, lams)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -321,8 +353,8 @@ def test_dsm_weights_of_one_equal_the_plain_loss_and_weights_round_trip(tmp_path
     plain = diffusion.dsm_loss(model, x0, schedule, torch.Generator().manual_seed(5))
     weighted = diffusion.dsm_loss(model, x0, schedule, torch.Generator().manual_seed(5), torch.full((64,), 3.0))
     torch.testing.assert_close(plain, weighted)
-    path = diffusion.save_weights(model, tmp_path / "m.safetensors")
-    twin = diffusion.load_weights(diffusion.build_model(16, 2, 8, 20, seed=2), path)
+    path = save_state_dict(model, tmp_path / "m.safetensors")
+    twin = load_state_dict(diffusion.build_model(16, 2, 8, 20, seed=2), path)
     t0 = torch.zeros(64, dtype=torch.long)
     torch.testing.assert_close(twin(x0, t0), model(x0, t0))
     assert sorted(p.name for p in tmp_path.iterdir()) == ["m.safetensors"]
