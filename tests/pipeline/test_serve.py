@@ -33,13 +33,14 @@ def test_serve_deployment_runs_through_the_api(tmp_path):
     serve = subprocess.Popen([sys.executable, "-m", "flows.cli", "serve", "--profile", "smoke", "--seeds", "0",
                               "--cron", "0 3 * * *"], cwd=REPO, env=project_env(root), start_new_session=True,
                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    # serve registers the deployments one after another: wait for all of them.
+    expected = {f"{slug}/{slug}" for slug in params["papers"]} | {"reproduce-all/reproduce-all"}
     try:
         deadline = time.monotonic() + 180
-        while "arm_ebm/arm_ebm" not in asyncio.run(_deployment_names()):
+        while not expected <= (registered := asyncio.run(_deployment_names())):
             assert serve.poll() is None, serve.stdout.read()[-3000:]
-            assert time.monotonic() < deadline, "deployments never registered"
+            assert time.monotonic() < deadline, f"deployments never registered: {sorted(expected - registered)}"
             time.sleep(2)
-        assert "reproduce-all/reproduce-all" in asyncio.run(_deployment_names())
         from prefect.deployments import run_deployment
 
         flow_run = run_deployment("arm_ebm/arm_ebm", parameters={"profile": "smoke", "seeds": [0]}, timeout=600)
