@@ -1,0 +1,230 @@
+"""order_sensitivity config, data phase, run_seed at the smoke profile, figures, and the paper profile's
+loaders on local stand-ins (no network)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import polars as pl
+import pytest
+from pydantic import ValidationError
+
+from tasks.common.claims import load_claims
+from tasks.common.params import ParamsError, params_section, validate_paper_section
+from tasks.order_sensitivity import data, experiment, figures, hub
+from tasks.order_sensitivity.config import CONFIG
+
+FOLDER = Path(__file__).resolve().parents[2] / "tasks" / "order_sensitivity"
+
+
+def profile_section() -> dict:
+    return params_section("order_sensitivity")
+
+
+def smoke_config():
+    return CONFIG.model_validate(profile_section()["smoke"])
+
+
+def test_every_profile_validates_and_bad_values_name_the_key():
+    configs = validate_paper_section("order_sensitivity", profile_section())
+    assert set(configs) == {"smoke", "cpu", "paper"}
+    assert configs["paper"].hub is not None and configs["cpu"].hub is None
+    bad = profile_section()
+    bad["cpu"]["model"]["n_head"] = 5
+    with pytest.raises(ParamsError, match=r"order_sensitivity\.cpu\.model: .*divisible by n_head"):
+        validate_paper_section("order_sensitivity", bad)
+    bad = profile_section()
+    bad["smoke"]["evaluation"]["skeletons"] = 99
+    with pytest.raises(ParamsError, match=r"order_sensitivity\.smoke\.evaluation: .*skeletons \(99\) must be <="):
+        validate_paper_section("order_sensitivity", bad)
+    bad = profile_section()
+    bad["cpu"]["evaluation"]["clip_mode"] = "both"
+    with pytest.raises(ParamsError, match=r"order_sensitivity\.cpu\.evaluation\.clip_mode"):
+        validate_paper_section("order_sensitivity", bad)
+    bad = profile_section()
+    bad["cpu"]["data"]["colour"] = "red"
+    with pytest.raises(ParamsError, match=r"order_sensitivity\.cpu\.data\.colour: unknown key"):
+        validate_paper_section("order_sensitivity", bad)
+
+
+@pytest.mark.parametrize(("section", "key", "value", "message"), [
+    ("data", "test_n", [8, 4], "strictly increasing"),
+    ("data", "relevant_min", 4, "relevant_min .* must be <= relevant_max"),
+    ("data", "train_n_min", 2, "room for relevant_max"),
+    ("evaluation", "h_star", 1.5, "less than 1"),
+])
+def test_config_validators_give_clear_errors(section, key, value, message):
+    raw = profile_section()["smoke"]
+    raw[section][key] = value
+    with pytest.raises(ValidationError, match=message):
+        CONFIG.model_validate(raw)
+
+
+def test_paper_profile_excludes_the_tiny_model():
+    raw = profile_section()["paper"] | {"model": profile_section()["cpu"]["model"]}
+    with pytest.raises(ValidationError, match="'hub' .* excludes"):
+        CONFIG.model_validate(raw)
+
+
+def test_procedural_items_follow_the_labelling_rules():
+    cfg = smoke_config().data
+    frame = data.procedural_items(cfg, 0)
+    assert set(frame["split"].unique()) == set(data.SPLITS)
+    for row in frame.iter_rows(named=True):
+        relevant = np.array(row["relevant"])
+        entities, values = np.array(row["entities"]), np.array(row["values"])
+        # distractors are about other entities; relevant chunks are about the claim's entity
+        assert np.all((entities == row["claim_entity"]) == relevant)
+        if row["is_control"]:
+            assert not relevant.any() and row["label"] == data.NO_LABEL
+        else:
+            support = int((values[relevant] == row["claim_value"]).sum())
+            assert row["label"] == data.gold_label(support, int(relevant.sum()) - support)
+    dose = frame.filter(pl.col("split") == "dose")
+    assert dose["n_chunks"].unique().to_list() == [cfg.dose_chunks]
+    assert [len([r for r in x if r]) for x in dose["relevant"].to_list()] == dose["dose"].to_list()
+    assert data.gold_label(1, 1) == 0 and data.gold_label(2, 1) == 1  # a tie is not support
+
+
+def test_rendering_permutes_chunks_and_masks_only_relevant_values():
+    cfg = smoke_config().data
+    vocab = data.vocabulary(cfg)
+    frame = data.procedural_items(cfg, 0).filter((pl.col("split") == "test") & (pl.col("n_chunks") == 4))
+    items = data.item_arrays(frame, vocab)
+    orders = data.random_orders(frame.height, 3, 4, np.random.default_rng(0))
+    ids = data.render_ids(items.chunk_tokens, items.claim_tokens, orders)
+    assert ids.shape == (frame.height, 3, 5, 3)
+    np.testing.assert_array_equal(ids[0, 1, :4], items.chunk_tokens[0][orders[0, 1]])
+    np.testing.assert_array_equal(ids[:, :, 4], np.broadcast_to(items.claim_tokens[:, None], (frame.height, 3, 3)))
+    masked = data.mask_relevant_values(items, vocab)
+    assert np.all(masked[..., 2][items.relevant] == vocab.mask)
+    np.testing.assert_array_equal(masked[~items.relevant], items.chunk_tokens[~items.relevant])
+
+
+def test_stale_or_missing_data_is_rejected_with_the_key(tmp_path):
+    cfg = smoke_config()
+    experiment.write_data(cfg, (0,), tmp_path)
+    other = cfg.data.model_copy(update={"primacy_fraction": 0.2})
+    with pytest.raises(ValueError, match=r"order_sensitivity\.data\.primacy_fraction: .*rerun the data phase"):
+        data.read_procedural(other, tmp_path, 0)
+    with pytest.raises(FileNotFoundError, match="run the data phase first"):
+        data.read_procedural(cfg.data, tmp_path, 1)
+
+
+@pytest.fixture(scope="module")
+def smoke_results(tmp_path_factory):
+    root = tmp_path_factory.mktemp("order_sensitivity")
+    cfg = smoke_config()
+    experiment.write_data(cfg, (0,), root / "data")
+    calls: list[float] = []
+    first = experiment.run_seed(cfg, 0, root / "data", root / "models", progress=lambda f, _m: calls.append(f))
+    again = experiment.run_seed(cfg, 0, root / "data", root / "models2")
+    return cfg, root, first, again, calls
+
+
+def test_run_seed_smoke_returns_every_claim_metric(smoke_results):
+    _, root, result, _, calls = smoke_results
+    metrics = result["metrics"]
+    for claim in load_claims(FOLDER / "claims.yaml"):
+        if claim.metric is not None:
+            assert claim.metric in metrics, claim.id
+            assert np.isfinite(metrics[claim.metric]), claim.id
+    assert set(result) == {"seed", "metrics", "curves", "tables"}
+    assert all(isinstance(v, float) for v in metrics.values())
+    assert (root / "models" / "seed0" / "chunk_gpt2.safetensors").is_file()
+    assert calls and calls[-1] == pytest.approx(1.0)
+    # exact checks hold inside the experiment at any profile
+    assert metrics["wiring_control_abstention"] == 1.0
+    assert metrics["qmv_violation_rate"] == 0.0 and metrics["edfl_violations"] == 0.0
+    assert metrics["edfl_model_min_slack"] >= -1e-12
+    assert metrics["abs_residual_over_pair_max"] <= 1.0
+
+
+def test_run_seed_is_deterministic_given_the_seed(smoke_results):
+    _, _, first, again, _ = smoke_results
+    strip = {k: v for k, v in first["metrics"].items() if not k.startswith("seconds_")}
+    assert strip == {k: v for k, v in again["metrics"].items() if not k.startswith("seconds_")}
+    assert first["curves"] == again["curves"]
+
+
+def test_figures_build_from_results(smoke_results, tmp_path):
+    cfg, _, first, again, _ = smoke_results
+    paths = figures.make_figures(cfg, [first, again | {"seed": 1}], tmp_path / "figures", tmp_path / "plots")
+    assert {p.suffix for p in paths} == {".png", ".csv"}
+    assert len(paths) == 6
+    assert all(p.is_file() and p.stat().st_size > 0 for p in paths)
+
+
+def test_gate_metrics_follow_the_hallucination_definition():
+    """Hand-built scores: a confident correct item, a confident wrong item, a control answered, an unsure item."""
+    q_full = np.array([[0.99] * 4, [0.99] * 4, [0.99] * 4, [0.6] * 4])
+    scored = experiment.ScoredItems(q_full=q_full, q_skeleton=np.full((4, 2), 0.5), q_identity=q_full[:, 0],
+                                    label=np.array([1, 0, data.NO_LABEL, 1]),
+                                    is_control=np.array([False, False, True, False]),
+                                    n_chunks=np.array([3, 3, 4, 4]), dose=np.full(4, -1))
+    ev = smoke_config().evaluation
+    metrics, plan = experiment.gate_metrics(scored, ev)
+    np.testing.assert_array_equal(plan.answer, [True, True, True, False])
+    assert metrics["gate_hallucination_answered"] == pytest.approx(2 / 3)
+    assert metrics["gate_abstention"] == pytest.approx(0.25)
+    assert metrics["ungated_hallucination"] == pytest.approx(0.5)
+
+
+# ----------------------------------------------------------------------------------------------------
+# Paper profile on local stand-ins
+# ----------------------------------------------------------------------------------------------------
+
+def _stand_ins(root: Path) -> tuple[Path, Path, Path]:
+    """A tiny random GPT-2 with a word-level tokenizer, and local FEVER / HotpotQA parquet folders."""
+    import torch
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import GPT2Config, GPT2LMHeadModel, PreTrainedTokenizerFast
+
+    words = ("evidence claim is the supported by answer 1 for yes 0 no to - : ? . [MASK] a b c d e f g h paris "
+             "france capital of rome italy berlin germany q").split()
+    vocab = {w: i for i, w in enumerate(dict.fromkeys(["[UNK]", *words]))}
+    tokenizer = Tokenizer(models.WordLevel(vocab, unk_token="[UNK]"))
+    tokenizer.pre_tokenizer = pre_tokenizers.Whitespace()
+    model_dir = root / "tiny-lm"
+    PreTrainedTokenizerFast(tokenizer_object=tokenizer, unk_token="[UNK]").save_pretrained(model_dir)
+    torch.manual_seed(0)
+    GPT2LMHeadModel(GPT2Config(vocab_size=len(vocab), n_positions=512, n_layer=1, n_head=2, n_embd=16)
+                    ).save_pretrained(model_dir)
+    fever_dir, hotpot_dir = root / "fever", root / "hotpot"
+    fever_dir.mkdir()
+    hotpot_dir.mkdir()
+    sentences = ["paris is the capital of france", "rome is the capital of italy", "berlin is a capital",
+                 "a b c d", "e f g h"]
+    pl.DataFrame({"claim": [f"claim {i}" for i in range(12)],
+                  "label": ["SUPPORTS", "REFUTES", "NOT ENOUGH INFO"] * 4,
+                  "evidence": [[["t", "0", sentences[i % 5]], ["t", "1", sentences[(i + 1) % 5]],
+                                ["t", "2", sentences[(i + 2) % 5]]] for i in range(12)]}
+                 ).write_parquet(fever_dir / "validation.parquet")
+    pl.DataFrame({"question": [f"q {i}" for i in range(6)], "answer": ["paris"] * 6,
+                  "context": [{"title": ["x", "y"], "sentences": [sentences[:3], sentences[3:]]}] * 6,
+                  "supporting_facts": [{"title": ["x", "x", "x"], "sent_id": [0, 1, 2]}] * 6}
+                 ).write_parquet(hotpot_dir / "validation.parquet")
+    return model_dir, fever_dir, hotpot_dir
+
+
+def test_paper_profile_runs_on_local_stand_ins(tmp_path):
+    model_dir, fever_dir, hotpot_dir = _stand_ins(tmp_path)
+    raw = profile_section()["paper"]
+    raw["hub"] |= {"model": str(model_dir), "dtype": "float32", "fever_dataset": str(fever_dir),
+                   "hotpot_dataset": str(hotpot_dir), "hotpot_config": None, "items_per_source": 4, "max_chunks": 6}
+    raw["evaluation"] |= {"permutations": 3, "skeletons": 2, "bootstrap_resamples": 20, "eg_steps": 5}
+    raw["theory"] = profile_section()["smoke"]["theory"]
+    cfg = CONFIG.model_validate(raw)
+    written = experiment.write_data(cfg, (0,), tmp_path / "data")
+    assert written == [data.hub_items_path(tmp_path / "data", 0)]
+    frame = pl.read_parquet(written[0])
+    assert frame.height == 8 and frame["is_control"].sum() == 1
+    assert all(3 <= n <= 6 for n in frame["n_chunks"])
+    result = experiment.run_seed(cfg, 0, tmp_path / "data", tmp_path / "models")
+    assert result["metrics"]["wiring_control_abstention"] == 1.0
+    assert "dose_spearman_delta" in result["metrics"]
+    assert hub.render_prompt(["x"], "c").endswith("Answer:")
+    wrong = CONFIG.model_validate(raw | {"hub": raw["hub"] | {"items_per_source": 2}})
+    with pytest.raises(ValueError, match=r"order_sensitivity\.hub\.items_per_source: .*rerun the data phase"):
+        experiment.run_seed(wrong, 0, tmp_path / "data", tmp_path / "models")

@@ -1,0 +1,265 @@
+"""order_sensitivity method: the brief's acceptance checks (a)1-7 as exact tests, each with a negative control."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from tasks.order_sensitivity import baselines, method
+
+H_STAR = 0.05
+
+
+# (a)1 B2T -----------------------------------------------------------------------------------------
+
+B2T_VECTOR = [(0.02, 3.519), (0.10, 1.994), (0.30, 0.963)]
+SWAPPED_VECTOR = [2.839, 2.376, 1.502]
+
+
+def test_b2t_matches_the_brief_vector():
+    q_lo = np.array([q for q, _ in B2T_VECTOR])
+    np.testing.assert_allclose(method.bits_to_trust(q_lo, H_STAR), [b for _, b in B2T_VECTOR], atol=1e-3)
+
+
+def test_b2t_negative_control_swapped_arguments_fail():
+    q_lo = np.array([q for q, _ in B2T_VECTOR])
+    swapped = method.bernoulli_kl(q_lo, 1 - H_STAR)
+    np.testing.assert_allclose(swapped, SWAPPED_VECTOR, atol=1e-3)
+    assert not np.allclose(swapped, [b for _, b in B2T_VECTOR], atol=1e-3)
+
+
+def test_b2t_rejects_bad_h_star():
+    with pytest.raises(ValueError, match="h_star"):
+        method.bits_to_trust(0.1, 1.5)
+
+
+# (a)2 p_max / RoH -------------------------------------------------------------------------------
+
+def test_p_max_matches_the_brief_vector_and_roh_is_its_complement():
+    deltas = np.array([0.5, 1.0, 2.0, 3.0])
+    expected = np.array([0.495, 0.689, 0.951, 1.000])
+    np.testing.assert_allclose(method.p_max(deltas, 0.10), expected, atol=1e-3)
+    np.testing.assert_allclose(method.risk_of_hallucination(deltas, 0.10), 1 - expected, atol=1e-3)
+    # Delta = 3 > KL(Ber(1) || Ber(0.1)) = ln 10: the whole budget fits, p_max is exactly 1.
+    assert method.bernoulli_kl(1.0, 0.1) == pytest.approx(np.log(10))
+    assert method.p_max(3.0, 0.1) == 1.0
+    # p_max is the sup: the KL at p_max equals the budget when p_max < 1.
+    np.testing.assert_allclose(method.bernoulli_kl(method.p_max(deltas[:3], 0.1), 0.1), deltas[:3], atol=1e-9)
+
+
+def test_p_max_negative_control_wrong_kl_direction_fails():
+    """Inverting KL(Ber(q_bar) || Ber(p)) instead of KL(Ber(p) || Ber(q_bar)) gives other numbers."""
+    grid = np.linspace(0.1, 1 - 1e-9, 200_001)
+    wrong = [grid[method.bernoulli_kl(0.1, grid) <= d].max() for d in (0.5, 1.0, 2.0)]
+    assert not np.allclose(wrong, [0.495, 0.689, 0.951], atol=1e-3)
+
+
+# (a)3 EDFL --------------------------------------------------------------------------------------
+
+def _edfl_draw(rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    support, m = int(rng.integers(2, 11)), int(rng.integers(1, 17))
+    event = rng.random(support) < 0.5
+    event[rng.integers(support)] = True
+    return rng.dirichlet(np.ones(support)), rng.dirichlet(np.ones(support), size=m), event
+
+
+def test_edfl_holds_on_10k_random_categorical_draws():
+    rng = np.random.default_rng(0)
+    slacks = [method.edfl_slack(*_edfl_draw(rng)) for _ in range(10_000)]
+    assert min(slacks) >= -1e-12
+
+
+def test_edfl_negative_control_min_over_priors_violates_the_bound():
+    """Replacing the mean over k by min_k KL(P || S_k) must break the inequality on some draws."""
+    rng = np.random.default_rng(0)
+    violations = 0
+    for _ in range(10_000):
+        posterior, priors, event = _edfl_draw(rng)
+        smallest = method.categorical_kl(posterior[None], priors).min()
+        q_bar = priors[:, event].sum(axis=1).mean()
+        violations += smallest < method.bernoulli_kl(posterior[event].sum(), q_bar) - 1e-12
+    assert violations > 0
+
+
+def test_edfl_is_an_equality_for_the_exponential_tilt():
+    rng = np.random.default_rng(1)
+    for _ in range(200):
+        support = int(rng.integers(2, 11))
+        prior = rng.dirichlet(np.ones(support))
+        event = np.zeros(support, dtype=bool)
+        event[: int(rng.integers(1, support))] = True
+        tilted = method.exponential_tilt(prior, event, float(rng.normal(scale=2.0)))
+        assert abs(method.edfl_slack(tilted, prior[None], event)) <= 1e-10
+        # Negative control: with >= 3 outcomes a random posterior is not a tilt of the prior (its ratio to
+        # the prior is not constant on A and on not-A), and the inequality is strict.
+        if support >= 3:
+            other = rng.dirichlet(np.ones(support))
+            assert method.edfl_slack(other, prior[None], event) > 1e-6
+
+
+# (a)4 QMV on the harmonic first-order model -------------------------------------------------------
+
+def _tail_increment_bound(weights: np.ndarray, phi: np.ndarray) -> float:
+    """A deliberately broken bound: every chunk's own weight times the *last* (smallest) increment."""
+    return 0.25 * float(np.abs(weights).sum()) * abs(phi[-1] - phi[-2])
+
+
+def test_qmv_chain_holds_by_monte_carlo_for_n_3_to_32():
+    rng = np.random.default_rng(0)
+    for n in range(3, 33):
+        weights, phi = rng.dirichlet(np.ones(n)), method.harmonic_phi(n, 1.0)
+        abs_residual, pair = method.first_order_dispersion_mc(weights, phi, 2000, rng)
+        bound = method.qmv_bound(method.first_order_increments(weights, phi))
+        assert abs_residual <= pair <= bound, n
+
+
+def test_qmv_negative_control_tail_increment_bound_fails():
+    rng = np.random.default_rng(0)
+    failures = 0
+    for n in range(3, 33):
+        weights, phi = rng.dirichlet(np.ones(n)), method.harmonic_phi(n, 1.0)
+        _, pair = method.first_order_dispersion_mc(weights, phi, 2000, rng)
+        failures += pair > _tail_increment_bound(weights, phi)
+    assert failures >= 15
+
+
+def test_first_order_increments_are_the_adjacent_transposition_sup():
+    """Delta_{i,t} equals the largest logit change over every ranking that moves chunk i from t to t+1."""
+    rng = np.random.default_rng(2)
+    n = 5
+    weights, phi = rng.dirichlet(np.ones(n)), method.harmonic_phi(n, 1.0)
+    increments = method.first_order_increments(weights, phi)
+    for i in range(n):
+        for t in range(1, n):
+            changes = [abs((weights[i] - weights[j]) * (phi[t] - phi[t - 1])) for j in range(n) if j != i]
+            assert increments[i, t - 1] == pytest.approx(max(changes))
+
+
+def test_equal_weights_give_zero_dispersion_and_unequal_weights_do_not():
+    rng = np.random.default_rng(3)
+    n = 8
+    phi = method.harmonic_phi(n, 1.0)
+    abs_residual, pair = method.first_order_dispersion_mc(np.full(n, 1 / n), phi, 500, rng)
+    assert abs_residual == 0.0 and pair == 0.0
+    assert method.qmv_bound(method.first_order_increments(np.full(n, 1 / n), phi)) == 0.0
+    abs_residual, _ = method.first_order_dispersion_mc(rng.dirichlet(np.ones(n)), phi, 500, rng)
+    assert abs_residual > 1e-3
+
+
+def test_harmonic_closed_form_is_log_n_and_bounds_the_regular_decay_sum():
+    for n in (3, 8, 32):
+        harmonic = float(np.sum(1 / np.arange(1, n)))
+        assert method.qmv_regular_decay_bound(4.0, n, 1.0) == pytest.approx(harmonic)
+    # alpha < 1 grows polynomially, alpha > 1 stays bounded.
+    assert method.qmv_regular_decay_bound(4.0, 1000, 0.5) > 10 * method.qmv_regular_decay_bound(4.0, 10, 0.5) / 4
+    assert method.qmv_regular_decay_bound(4.0, 10_000, 2.0) < np.pi**2 / 6 + 1e-9
+
+
+# (a)5 log growth in the key-chunk form -----------------------------------------------------------
+
+TEST_N = [3, 4, 6, 8, 12, 16, 24, 32]
+
+
+def test_key_chunk_dispersion_vector_and_log_shape():
+    values = [method.key_chunk_dispersion(n) for n in TEST_N]
+    assert values[0] == pytest.approx(0.04945, abs=1e-5)
+    assert values[-1] == pytest.approx(0.07982, abs=1e-5)
+    assert all(a < b for a, b in zip(values, values[1:]))
+    log_fit = method.fit_log_growth(TEST_N, values)
+    linear_fit = method.least_squares_fit(np.asarray(TEST_N, float), np.asarray(values))
+    assert log_fit.r2 == pytest.approx(0.967, abs=2e-3)
+    assert linear_fit.r2 == pytest.approx(0.777, abs=2e-3)
+
+
+def test_key_chunk_negative_control_dirichlet_weights_shrink_with_n():
+    """With Dirichlet weights over all n chunks the dispersion shrinks with n: growth needs the key chunk."""
+    rng = np.random.default_rng(4)
+    means = []
+    for n in (3, 32):
+        phi = method.harmonic_phi(n, -0.5)
+        means.append(np.mean([method.first_order_dispersion_mc(rng.dirichlet(np.ones(n)), phi, 2000, rng)[0]
+                              for _ in range(20)]))
+    assert means[1] < means[0]
+
+
+def test_log_fit_recovers_an_exact_law():
+    n = np.array(TEST_N, float)
+    fit = method.fit_log_growth(n, 0.1 + 0.03 * np.log(n))
+    assert fit.slope == pytest.approx(0.03) and fit.intercept == pytest.approx(0.1) and fit.r2 == pytest.approx(1.0)
+    slopes = method.bootstrap_log_slope([np.full(5, 0.1 + 0.03 * np.log(k)) for k in n], n, 20,
+                                        np.random.default_rng(0))
+    np.testing.assert_allclose(slopes, 0.03)
+
+
+# (a)6 the official code's bound -------------------------------------------------------------------
+
+def test_official_martingale_bound_vector():
+    assert method.official_martingale_bound(4) == pytest.approx(0.07292, abs=1e-5)
+    assert method.official_martingale_bound(8) == pytest.approx(0.15223, abs=1e-5)
+    # Negative control: H_{n-1} instead of H_n misses the vector.
+    assert method.official_martingale_bound(3) != pytest.approx(0.07292, abs=1e-5)
+
+
+# (a)7 wiring control of the planner -----------------------------------------------------------------
+
+def test_skeletons_equal_to_the_prompt_give_zero_budget_and_abstain_everywhere():
+    rng = np.random.default_rng(5)
+    q_full = rng.uniform(0.01, 0.99, size=(200, 16))
+    plan = method.plan_answers(q_full, q_full[:, :6], H_STAR, 6.0, "symmetric")
+    assert np.all(plan.delta_bar == 0.0) and np.all(plan.isr == 0.0) and not plan.answer.any()
+
+
+def test_wiring_negative_control_uninformative_skeletons_let_confident_items_answer():
+    q_full = np.full((4, 16), 0.995)
+    plan = method.plan_answers(q_full, np.full((4, 6), 0.5), H_STAR, 6.0, "symmetric")
+    # u = ln(0.995 / 0.5) = 0.688 >= B2T(0.5) = 0.495: every item answers with label 1.
+    np.testing.assert_allclose(plan.delta_bar, np.log(0.995 / 0.5))
+    np.testing.assert_allclose(plan.b2t, method.bits_to_trust(0.5, H_STAR))
+    assert plan.answer.all() and (plan.decision == 1).all()
+
+
+# Planner pieces ------------------------------------------------------------------------------------
+
+def test_clip_modes():
+    u = np.array([-8.0, -1.0, 0.5, 9.0])
+    np.testing.assert_array_equal(method.clip_lift(u, 6.0, "symmetric"), [-6.0, -1.0, 0.5, 6.0])
+    np.testing.assert_array_equal(method.clip_lift(u, 12.0, "one_sided"), [0.0, 0.0, 0.5, 9.0])
+    with pytest.raises(ValueError, match="clip B"):
+        method.clip_lift(u, 0.0, "symmetric")
+    with pytest.raises(ValueError, match="clip mode"):
+        method.clip_lift(u, 1.0, "both")  # type: ignore[arg-type]
+
+
+def test_isr_and_gate():
+    isr = method.information_sufficiency_ratio(np.array([1.0, 0.5, 0.0, 2.0]), np.array([1.0, 1.0, 0.0, 0.0]))
+    np.testing.assert_array_equal(isr, [1.0, 0.5, 0.0, np.inf])
+    np.testing.assert_array_equal(method.answer_gate(isr), [True, False, False, True])
+    margin = method.answer_gate(isr, np.array([1.0, 0.5, 0.0, 2.0]), np.array([1.0, 1.0, 0.0, 0.0]), margin=0.5)
+    np.testing.assert_array_equal(margin, [False, False, False, True])
+
+
+def test_dispersion_and_jensen_gap_identities():
+    q = np.array([[0.2, 0.4, 0.6, 0.8], [0.5, 0.5, 0.5, 0.5]])
+    np.testing.assert_allclose(method.mean_abs_residual(q), [0.2, 0.0])
+    np.testing.assert_allclose(method.mean_pair_difference(q), [(0.2 * 3 + 0.4 * 2 + 0.6) * 2 / 12, 0.0])
+    gap = method.jensen_gap(q)
+    assert gap[0] > 0 and gap[1] == pytest.approx(0.0)
+    assert np.all(method.mean_abs_residual(q) <= method.mean_pair_difference(q) + 1e-15)
+
+
+def test_eg_mixture_finds_the_informative_slot_and_uniform_is_optimal_when_slots_are_exchangeable():
+    rng = np.random.default_rng(6)
+    skewed = np.column_stack([np.full(100, 0.9), np.full(100, 0.3)])
+    weights = method.exponentiated_gradient_mixture(skewed, 300, 0.5)
+    assert weights[0] > 0.99
+    assert method.uniform_mixture_gap(skewed) > 0.1
+    exchangeable = rng.uniform(0.3, 0.9, size=(20_000, 4))
+    assert 0 <= method.uniform_mixture_gap(exchangeable) < 1e-3
+
+
+def test_confidence_gate_abstains_on_the_least_confident():
+    q = np.array([0.5, 0.9, 0.45, 0.02, 0.7])
+    np.testing.assert_array_equal(baselines.confidence_gate(q, 0.4), [False, True, False, True, True])
+    assert baselines.abstain_lowest(q, 0.0).all()
+    with pytest.raises(ValueError, match="abstention"):
+        baselines.abstain_lowest(q, 1.5)
