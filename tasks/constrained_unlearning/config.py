@@ -79,6 +79,33 @@ class UnlearnConfig(ProfileConfig):
     knn_k: int = Field(ge=1, le=50)
 
 
+class DataUnlearnConfig(ProfileConfig):
+    """Stage C: data unlearning (FU) of duplicated forget points, memorisation measured by a near-sample proxy.
+
+    The Stage B model (trained without duplicates: the retrain reference) is fine-tuned on its pool plus
+    ``n_points`` forget points repeated ``duplicates`` times, then unlearned primal-dual with FU."""
+
+    n_points: int = Field(ge=1, description="forget points, one per ring mode other than the forget mode")
+    duplicates: int = Field(ge=2, description="copies of each forget point added to the training pool")
+    offset_sigmas: float = Field(gt=0, description="distance of a forget point from its mode centre, in sigma")
+    radius_sigmas: float = Field(gt=0, description="memorisation-proxy radius (and q_u kernel width), in sigma")
+    memorise_steps: int = Field(ge=1)
+    memorise_lr: float = Field(gt=0)
+    dual_updates: int = Field(ge=1)
+    steps_per_dual: int = Field(ge=1)
+    batch_size: int = Field(ge=8)
+    lr: float = Field(gt=0)
+    dual_lr: float = Field(gt=0)
+    dual_samples: int = Field(ge=50)
+
+    @model_validator(mode="after")
+    def _balls_disjoint(self) -> DataUnlearnConfig:
+        # A forget point and its held-out twin are 2 * offset apart: their proxy balls must not overlap.
+        if self.radius_sigmas >= self.offset_sigmas:
+            raise ValueError(f"radius_sigmas ({self.radius_sigmas}) must be < offset_sigmas ({self.offset_sigmas})")
+        return self
+
+
 class BaselineConfig(ProfileConfig):
     """Stage B baselines with hand-set weights, each swept (brief: loss mixing, ESD-style eta, weight reg.)."""
 
@@ -119,6 +146,7 @@ class ConstrainedUnlearningConfig(ProfileConfig):
     ddpm: DDPMConfig | None = None
     unlearn: UnlearnConfig | None = None
     baselines: BaselineConfig | None = None
+    data_unlearn: DataUnlearnConfig | None = None
     hub: PaperScaleConfig | None = None
     device: str = Field(default="auto", pattern="^(auto|cpu|cuda|mps)$")
 
@@ -126,6 +154,12 @@ class ConstrainedUnlearningConfig(ProfileConfig):
     def _stage_b_complete(self) -> ConstrainedUnlearningConfig:
         if (self.unlearn is not None or self.baselines is not None) and self.ddpm is None:
             raise ValueError("unlearn and baselines need a ddpm section (the pretrained model they start from)")
+        if self.data_unlearn is not None:
+            if self.ddpm is None:
+                raise ValueError("data_unlearn needs a ddpm section (the retrain reference it fine-tunes)")
+            if self.data_unlearn.n_points > self.mixture.n_ring_modes - 1:
+                raise ValueError(f"data_unlearn.n_points ({self.data_unlearn.n_points}) must be <= n_ring_modes - 1 "
+                                 f"({self.mixture.n_ring_modes - 1}): one forget point per ring mode")
         if self.grid.half_width <= self.mixture.ring_radius + self.mixture.close_offset + 3 * self.mixture.sigma:
             raise ValueError("grid.half_width must exceed ring_radius + close_offset + 3 sigma (the grid must hold q)")
         return self

@@ -51,6 +51,37 @@ def training_samples(cfg: MixtureConfig, seed: int) -> pl.DataFrame:
     return pl.DataFrame({"x": points[:, 0], "y": points[:, 1]})
 
 
+def duplicated_forget_points(q: GaussianMixture, n_points: int, offset: float, seed: int
+                             ) -> tuple[np.ndarray, np.ndarray]:
+    """(forget points, held-out points), each (n_points, 2), for the data-unlearning variant.
+
+    Point i sits at ``offset`` from the centre of ring mode i + 1 (the Stage B forget mode 0 and the close mode
+    are skipped) in a seeded random direction u_i; its held-out twin is the reflection mu - offset u_i through
+    the same centre, so both have the same density under the mode's isotropic Gaussian (the other modes add
+    a negligible, reported difference: ``heldout_density_ratio``)."""
+    ring = q.means[:-1]  # mixture_table puts the close mode last
+    if not 1 <= n_points <= len(ring) - 1:
+        raise ValueError(f"n_points must be in [1, {len(ring) - 1}] (one per ring mode other than the forget mode), "
+                         f"got {n_points}")
+    rng = np.random.default_rng(3_000 + seed)
+    angles = rng.uniform(0, 2 * np.pi, size=n_points)
+    u = np.stack([np.cos(angles), np.sin(angles)], axis=1)
+    centres = ring[FORGET_MODE + 1: FORGET_MODE + 1 + n_points]
+    return centres + offset * u, centres - offset * u
+
+
+def duplicated_training_set(pool: np.ndarray, forget_points: np.ndarray, duplicates: int
+                            ) -> tuple[np.ndarray, np.ndarray]:
+    """(training points, is_forget): the pool of q-samples plus every forget point repeated ``duplicates`` times."""
+    if duplicates < 1:
+        raise ValueError(f"duplicates must be >= 1, got {duplicates}")
+    copies = np.repeat(np.atleast_2d(forget_points), duplicates, axis=0)
+    points = np.vstack([pool, copies])
+    is_forget = np.zeros(points.shape[0], dtype=bool)
+    is_forget[pool.shape[0]:] = True
+    return points, is_forget
+
+
 def grid_problem(q: GaussianMixture, forget: GaussianMixture, grid_cfg: GridConfig
                  ) -> tuple[method.Grid, method.GridProblem]:
     """q and q_u on the 2-D grid, with the forget region |x - mu_forget| < 2 sigma."""

@@ -4,6 +4,8 @@ Stage A (exact, every profile): the three formulations' closed-form targets and 
 2-D density grid, plus the brief's 1-D reference problem and the RU/ESD and FU identities.
 Stage B (smoke/cpu): a small DDPM pretrained on the mixture, unlearned primal-dual for each formulation and by
 three weight-based baselines with hand-set weights (swept).
+Stage C (smoke/cpu): data unlearning with FU: the Stage B model fine-tuned with duplicated forget points, unlearned
+primal-dual, memorisation measured by a nearest-neighbour proxy (:func:`data_unlearning`).
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from tasks.constrained_unlearning.config import ConstrainedUnlearningConfig, Gri
 from tasks.constrained_unlearning.mixture import GaussianMixture
 
 SCATTER_POINTS = 600  # samples per model kept in the results for the before/after figure
+DATA_SCATTER_POINTS = 2000  # samples per model kept for the data-unlearning figure (Stage C)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -317,6 +320,95 @@ def pareto_gap(rows: list[dict], point: dict) -> float:
     return min(gaps) - point["retained_kl"] if gaps else float("nan")
 
 
+def data_unlearning(cfg: ConstrainedUnlearningConfig, seed: int, retrain: torch.nn.Module, pool: np.ndarray,
+                    q: GaussianMixture, schedule: diffusion.NoiseSchedule, reference: np.ndarray,
+                    retrain_samples: np.ndarray, model_dir: Path, progress: Progress | None
+                    ) -> tuple[dict[str, float], dict[str, list[float]], dict[str, np.ndarray]]:
+    """Stage C, data unlearning with FU (brief: "pretrain with duplicated forget points, nearest-neighbour
+    distance as an SSCD proxy").
+
+    1. The Stage B model, trained on q's samples only, is the *retrain* reference (the model that never saw the
+       duplicates). It is fine-tuned on the pool plus ``n_points`` forget points x ``duplicates`` copies: the
+       *memorised* model.
+    2. FU primal-dual from the memorised model on the same training set: primal loss DSM_q - lambda DSM_{q_u}
+       (importance weights (q - lambda q_u)_+ / q on the atoms, :func:`method.empirical_log_masses`); the dual
+       step estimates KL(q_u~ || p) by k-NN from the model's samples, q_u~ the forget points smoothed by a
+       Gaussian of width radius. The bound b is that estimate for the retrain reference (fixed rule: forget as
+       far as a model that never saw the duplicates).
+    3. Memorisation proxy: fraction of samples within radius of a forget point vs of a held-out twin of the same
+       q-density (:func:`method.near_fraction`); retained-region KL outside the forget balls vs the reference.
+    """
+    du, ddpm = cfg.data_unlearn, cfg.ddpm
+    sigma = q.sigma
+    radius = du.radius_sigmas * sigma
+    forget_pts, heldout_pts = data.duplicated_forget_points(q, du.n_points, du.offset_sigmas * sigma, seed)
+    train_np, is_forget = data.duplicated_training_set(pool, forget_pts, du.duplicates)
+    train_t = torch.as_tensor(train_np, dtype=torch.float32)
+    share = float(is_forget.mean())
+    eval_gen = torch.Generator().manual_seed(40_000 + seed)
+    n_eval = ddpm.eval_samples
+
+    def proxies(samples: np.ndarray) -> dict[str, float]:
+        near_f = method.near_fraction(samples, forget_pts, radius)
+        near_h = method.near_fraction(samples, heldout_pts, radius)
+        return {"forget_near": near_f, "heldout_near": near_h,
+                "memorisation_ratio": method.memorisation_ratio(near_f, near_h, samples.shape[0]),
+                "retained_kl": method.histogram_retained_kl(samples, reference, forget_pts, radius,
+                                                            ddpm.histogram_bins, cfg.grid.half_width)}
+
+    metrics = {f"c_retrain_{k}": v for k, v in proxies(retrain_samples).items()}
+    metrics |= {"c_duplicate_share": share,
+                "c_heldout_density_ratio": float(np.mean(q.density(forget_pts)) / np.mean(q.density(heldout_pts)))}
+
+    # 1. memorisation: fine-tune the retrain reference on the duplicated training set
+    model = clone(retrain)
+    gen = torch.Generator().manual_seed(30_000 + seed)
+
+    def memorise_loss(g: torch.Generator) -> torch.Tensor:
+        index = torch.randint(0, train_t.shape[0], (du.batch_size,), generator=g)
+        return diffusion.dsm_loss(model, train_t[index], schedule, g)
+
+    diffusion.train(model, memorise_loss, du.memorise_steps, du.memorise_lr, gen, cosine_decay=True)
+    save_state_dict(model, model_dir / f"seed{seed}" / "memorised.safetensors")
+    memorised = diffusion.sample(model, schedule, n_eval, eval_gen).numpy().astype(np.float64)
+    metrics |= {f"c_memorised_{k}": v for k, v in proxies(memorised).items()}
+    if progress is not None:
+        progress(1.0, f"seed {seed}: data unlearning, memorised ratio {metrics['c_memorised_memorisation_ratio']:.2f}")
+
+    # 2. FU primal-dual from the memorised model
+    kernel_rng = np.random.default_rng(50_000 + seed)
+    qu_samples = (forget_pts[kernel_rng.integers(0, du.n_points, du.dual_samples)]
+                  + radius * kernel_rng.standard_normal((du.dual_samples, 2)))
+    k = cfg.unlearn.knn_k if cfg.unlearn is not None else 5
+
+    def constraint(points: np.ndarray) -> float:
+        return method.knn_kl(qu_samples, points, k)
+
+    bound_samples = diffusion.sample(retrain, schedule, du.dual_samples, torch.Generator().manual_seed(
+        60_000 + seed)).numpy().astype(np.float64)
+    bound = constraint(bound_samples)
+    log_q_atoms, log_qu_atoms = method.empirical_log_masses(is_forget)
+    run = method.primal_dual_unlearn(
+        "fu", model, schedule, train_t, log_q_atoms, log_qu_atoms, bound, constraint,
+        dual_updates=du.dual_updates, steps_per_dual=du.steps_per_dual, batch_size=du.batch_size, lr=du.lr,
+        dual_lr=du.dual_lr, dual_samples=du.dual_samples, generator=torch.Generator().manual_seed(70_000 + seed))
+    save_state_dict(model, model_dir / f"seed{seed}" / "data_unlearned_fu.safetensors")
+    unlearned = diffusion.sample(model, schedule, n_eval, eval_gen).numpy().astype(np.float64)
+    fu = proxies(unlearned)
+    metrics |= {f"c_fu_{k}": v for k, v in fu.items()} | {
+        "c_fu_lambda": run.lam,
+        "c_fu_lambda_over_share": run.lam / share,  # FU identity: lambda >= share <=> retain-only training
+        "c_fu_bound": bound,
+        "c_fu_final_slack": run.slacks[-1],
+        # retained-region floor: a second draw of the retrain reference against its own reference samples
+        "c_fu_retained_kl_over_floor": fu["retained_kl"] / max(metrics["c_retrain_retained_kl"], 1e-12),
+    }
+    curves = {"c_lambda_fu": run.lambdas}
+    samples = {"forget_points": forget_pts, "heldout_points": heldout_pts, "memorised": memorised,
+               "data-unlearned FU": unlearned}
+    return metrics, curves, samples
+
+
 def stage_b(cfg: ConstrainedUnlearningConfig, seed: int, q: GaussianMixture, forget: GaussianMixture,
             close: np.ndarray, train_points: np.ndarray, targets: dict[str, dict[str, float]], model_dir: Path,
             progress: Progress | None) -> tuple[dict[str, float], dict[str, list[float]], dict[str, list[dict]]]:
@@ -355,6 +447,13 @@ def stage_b(cfg: ConstrainedUnlearningConfig, seed: int, q: GaussianMixture, for
     tables = {"tradeoff": rows,
               "samples": [{"method": name, "x": float(x), "y": float(y)}
                           for name, points in scatter.items() for x, y in points[:SCATTER_POINTS]]}
+    if cfg.data_unlearn is not None:
+        d_metrics, d_curves, d_samples = data_unlearning(cfg, seed, model, train_points, q, schedule, reference,
+                                                         before_samples, model_dir, progress)
+        metrics |= d_metrics
+        curves |= d_curves
+        tables["data_unlearning"] = [{"set": name, "x": float(x), "y": float(y)}
+                                     for name, points in d_samples.items() for x, y in points[:DATA_SCATTER_POINTS]]
     return metrics, curves, tables
 
 

@@ -2,7 +2,8 @@
 
 * ``samples.png``  DDPM samples before / after unlearning, one panel per model (first seed);
 * ``tradeoff.png``  retention-unlearning plane: baseline sweeps as curves, the constrained runs as points;
-* ``lambda_trajectories.png``  the dual variable against lambda* (Stage A grid and Stage B DDPM).
+* ``lambda_trajectories.png``  the dual variable against lambda* (Stage A grid and Stage B DDPM);
+* ``data_unlearning.png``  Stage C memorisation ratio before / after FU data unlearning, per seed.
 CSV plot sources for ``dvc plots`` go to the plots folder.
 """
 
@@ -81,11 +82,32 @@ def lambda_figure(results: Results, path: Path) -> Path:
     return save_figure(fig, path)
 
 
+def data_unlearning_figure(results: Results, path: Path) -> Path | None:
+    """Stage C: memorisation ratio (near-sample fraction at the forget points / at held-out twins) of the
+    retrain reference, the model fine-tuned with duplicates, and after FU data unlearning, per seed."""
+    if "c_fu_memorisation_ratio" not in results[0]["metrics"]:
+        return None
+    fig, axes = new_figure(width=5.5, height=3.6)
+    ax = axes[0, 0]
+    stages = ("retrain", "memorised", "fu")
+    width = 0.8 / len(results)
+    for j, r in enumerate(results):
+        values = [r["metrics"][f"c_{stage}_memorisation_ratio"] for stage in stages]
+        ax.bar(np.arange(len(stages)) + (j - (len(results) - 1) / 2) * width, values, width, label=f"seed {r['seed']}")
+    ax.axhline(1.0, color="k", ls="--", alpha=0.5, label="held-out level")
+    ax.set_xticks(np.arange(len(stages)), ["retrain (no duplicates)", "fine-tuned with duplicates", "after FU"])
+    ax.set_ylabel("near fraction: forget / held-out")
+    ax.set_title("Data unlearning: memorisation proxy")
+    ax.legend(fontsize=7)
+    return save_figure(fig, path)
+
+
 def make_figures(config, results: Results, figures_dir: Path, plots_dir: Path) -> list[Path]:
     """PNG figures and CSV plot sources; ``config`` is unused (everything needed is in the results)."""
     made = [samples_figure(results, figures_dir / "samples.png"),
             tradeoff_figure(results, figures_dir / "tradeoff.png"),
-            lambda_figure(results, figures_dir / "lambda_trajectories.png")]
+            lambda_figure(results, figures_dir / "lambda_trajectories.png"),
+            data_unlearning_figure(results, figures_dir / "data_unlearning.png")]
     tradeoff = [row | {"seed": r["seed"]} for r in results for row in r["tables"].get("tradeoff", [])]
     if tradeoff:
         made.append(write_plot_csv(tradeoff, plots_dir / "tradeoff.csv"))

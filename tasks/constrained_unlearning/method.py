@@ -457,7 +457,9 @@ def ball_fraction(samples: np.ndarray, centre: np.ndarray, radius: float) -> flo
 
 def histogram_retained_kl(samples: np.ndarray, reference: np.ndarray, forget_centre: np.ndarray, radius: float,
                           bins: int, half_width: float, pseudo_count: float = 0.5) -> float:
-    """KL(p_R || q_R) between 2-D histograms of two sample sets outside the forget ball.
+    """KL(p_R || q_R) between 2-D histograms of two sample sets outside the forget ball(s).
+
+    ``forget_centre`` is one centre (d,) or several (k, d); R is the complement of the union of their balls.
 
     Points outside the box [-half_width, half_width]^2 (or not finite: a diverged model) share one overflow bin,
     so mass pushed away counts. The reference histogram gets ``pseudo_count`` per bin so that the KL stays
@@ -467,7 +469,9 @@ def histogram_retained_kl(samples: np.ndarray, reference: np.ndarray, forget_cen
     def histogram(points: np.ndarray) -> np.ndarray:
         finite = np.all(np.isfinite(points), axis=1)
         points = points[finite]
-        kept = points[np.linalg.norm(points - np.asarray(forget_centre)[None, :], axis=1) >= radius]
+        centres = np.atleast_2d(np.asarray(forget_centre, dtype=np.float64))
+        distance = np.linalg.norm(points[:, None, :] - centres[None, :, :], axis=2).min(axis=1)
+        kept = points[distance >= radius]
         inside = np.histogram2d(kept[:, 0], kept[:, 1], bins=[edges, edges])[0].ravel()
         return np.append(inside, len(kept) - inside.sum() + np.sum(~finite))
 
@@ -478,3 +482,50 @@ def histogram_retained_kl(samples: np.ndarray, reference: np.ndarray, forget_cen
     p, r = p / p.sum(), r / r.sum()
     support = p > 0
     return float(np.sum(p[support] * np.log(p[support] / r[support])))
+
+
+# ------------------------------------------------------------------------------------------------
+# Data unlearning (FU) with duplicated forget points (Stage C)
+# ------------------------------------------------------------------------------------------------
+
+
+def empirical_log_masses(is_forget: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(log q, log q_u) at the atoms of an empirical training set: q is uniform over all N training points
+    (duplicates count as separate atoms), q_u uniform over the M forget copies (log q_u = -inf elsewhere).
+
+    Fed to :func:`importance_weights` ("fu"), these give (q - lambda q_u)_+ / q: weight 1 on retained points and
+    (1 - lambda / w)_+ on forget copies, w = M / N the forget share. So FU's primal loss on the training set is
+    DSM_q - lambda DSM_{q_u}, and lambda >= w is training on the retained points only (the FU identity on atoms).
+    """
+    is_forget = np.asarray(is_forget, dtype=bool)
+    n, m = is_forget.size, int(is_forget.sum())
+    if n == 0 or m == 0:
+        raise ValueError(f"need a non-empty training set with at least one forget copy (got N={n}, M={m})")
+    log_q = np.full(n, -math.log(n))
+    log_qu = np.full(n, -math.inf)
+    log_qu[is_forget] = -math.log(m)
+    return log_q, log_qu
+
+
+def near_fraction(samples: np.ndarray, points: np.ndarray, radius: float) -> float:
+    """Memorisation proxy (stand-in for the paper's max SSCD similarity): the fraction of generated samples that
+    lie strictly within ``radius`` of at least one of ``points`` (nearest-neighbour distance < radius).
+
+    Compared between the forget points and held-out points of the same density under q, it separates a
+    model that reproduces the forget points from one that only models their neighbourhood's density.
+    Non-finite samples (a diverged model) count as not near."""
+    if radius <= 0:
+        raise ValueError(f"radius must be > 0, got {radius}")
+    samples = np.asarray(samples, dtype=np.float64)
+    finite = np.all(np.isfinite(samples), axis=1)
+    if samples.shape[0] == 0:
+        raise ValueError("no samples")
+    distance = np.full(samples.shape[0], np.inf)
+    distance[finite] = cKDTree(np.atleast_2d(points)).query(samples[finite], k=1)[0]
+    return float(np.mean(distance < radius))
+
+
+def memorisation_ratio(forget_fraction: float, heldout_fraction: float, n_samples: int) -> float:
+    """forget / held-out near-fraction; the held-out fraction is floored at one sample (1 / n) so a model that
+    puts no sample near the held-out points gives a finite (large) ratio instead of a division by zero."""
+    return forget_fraction / max(heldout_fraction, 1.0 / n_samples)

@@ -42,6 +42,9 @@ def test_fragment_validates_every_profile():
     (("cpu", "baselines", "esd_eta"), [0.1, -1.0], "esd_eta"),
     (("cpu", "mixture", "surprise"), 1, "unknown key"),
     (("cpu", "device"), "tpu", "constrained_unlearning.cpu.device"),
+    (("cpu", "data_unlearn", "radius_sigmas"), 2.0, "radius_sigmas"),
+    (("cpu", "data_unlearn", "n_points"), 8, "n_points"),
+    (("smoke", "data_unlearn", "duplicates"), 1, "constrained_unlearning.smoke.data_unlearn.duplicates"),
 ])
 def test_bad_values_name_the_key(path, value, message):
     section = copy.deepcopy(fragment())
@@ -97,7 +100,8 @@ def test_run_seed_returns_every_claim_metric(smoke_run):
     assert all(isinstance(v, float) for v in result["metrics"].values())
     assert {"tradeoff", "samples"} <= set(result["tables"])
     weights = sorted(p.name for p in (root / "models" / "seed0").iterdir())
-    assert weights == ["pretrained.safetensors"] + [f"unlearned_{f}.safetensors" for f in ("fu", "lu", "ru")]
+    assert weights == ["data_unlearned_fu.safetensors", "memorised.safetensors", "pretrained.safetensors"] + [
+        f"unlearned_{f}.safetensors" for f in ("fu", "lu", "ru")]
 
 
 def test_smoke_exact_claims_hold(smoke_run):
@@ -124,8 +128,8 @@ def test_figures_build_from_results(smoke_run, tmp_path):
     other = copy.deepcopy(result) | {"seed": 1}
     made = figures.make_figures(cfg, [result, other], tmp_path / "figures", tmp_path / "plots")
     names = sorted(p.name for p in made)
-    assert names == ["lambda_trajectories.csv", "lambda_trajectories.png", "samples.png", "tradeoff.csv",
-                     "tradeoff.png"]
+    assert names == ["data_unlearning.png", "lambda_trajectories.csv", "lambda_trajectories.png", "samples.png",
+                     "tradeoff.csv", "tradeoff.png"]
     assert all(p.stat().st_size > 0 for p in made)
     assert pl.read_csv(tmp_path / "plots" / "tradeoff.csv")["seed"].unique().sort().to_list() == [0, 1]
 
@@ -204,3 +208,30 @@ def test_c4b_ratio_is_at_matched_mass(smoke_run):
     assert m["b_ru_retained_kl_above_floor"] == pytest.approx(at["ru"] - floor)
     assert m["b_lu_ru_forget_mass_gap"] == pytest.approx(abs(m["b_lu_forget_mass"] - m["b_ru_forget_mass"]))
     assert m["b_lu_over_ru_retained_kl_unmatched"] == pytest.approx(m["b_lu_retained_kl"] / m["b_ru_retained_kl"])
+
+
+def test_data_unlearning_metrics_are_consistent(smoke_run):
+    """Stage C (C3): the memorisation ratios are the near fractions' ratio, the duplicate share is the
+    construction's, the forget points and their held-out twins have the same q-density, and the retained-KL
+    ratio is over the retrain reference's own floor."""
+    cfg, _, _, result = smoke_run
+    m, du = result["metrics"], cfg.data_unlearn
+    copies = du.n_points * du.duplicates
+    assert m["c_duplicate_share"] == pytest.approx(copies / (cfg.mixture.n_train + copies))
+    assert m["c_heldout_density_ratio"] == pytest.approx(1.0, abs=1e-3)
+    n = cfg.ddpm.eval_samples
+    for stage in ("retrain", "memorised", "fu"):
+        expected = m[f"c_{stage}_forget_near"] / max(m[f"c_{stage}_heldout_near"], 1 / n)
+        assert m[f"c_{stage}_memorisation_ratio"] == pytest.approx(expected)
+    assert m["c_fu_retained_kl_over_floor"] == pytest.approx(m["c_fu_retained_kl"] / m["c_retrain_retained_kl"])
+    assert m["c_fu_lambda"] >= 0 and len(result["curves"]["c_lambda_fu"]) == du.dual_updates
+    sets = {row["set"] for row in result["tables"]["data_unlearning"]}
+    assert sets == {"forget_points", "heldout_points", "memorised", "data-unlearned FU"}
+
+
+def test_data_unlearn_needs_a_ddpm_section():
+    raw = copy.deepcopy(fragment()["smoke"])
+    for key in ("ddpm", "unlearn", "baselines"):
+        raw.pop(key)
+    with pytest.raises(ValueError, match="data_unlearn needs a ddpm section"):
+        CONFIG.model_validate(raw)

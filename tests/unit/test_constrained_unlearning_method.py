@@ -358,3 +358,88 @@ def test_dsm_weights_of_one_equal_the_plain_loss_and_weights_round_trip(tmp_path
     t0 = torch.zeros(64, dtype=torch.long)
     torch.testing.assert_close(twin(x0, t0), model(x0, t0))
     assert sorted(p.name for p in tmp_path.iterdir()) == ["m.safetensors"]
+
+
+# ------------------------------------------------------------------------------------------------
+# Data unlearning (FU) with duplicated forget points (Stage C, claim C3)
+# ------------------------------------------------------------------------------------------------
+
+def test_near_fraction_on_exact_samples():
+    points = np.array([[0.0, 0.0], [5.0, 5.0]])
+    samples = np.array([[0.05, 0.0], [5.0, 5.09], [0.0, 0.2], [3.0, 3.0], [np.nan, 0.0]])
+    assert method.near_fraction(samples, points, 0.1) == pytest.approx(2 / 5)
+    assert method.near_fraction(samples, points, 0.25) == pytest.approx(3 / 5)
+    # strictly inside: a sample exactly on the sphere does not count
+    assert method.near_fraction(np.array([[0.1, 0.0]]), points, 0.1) == 0.0
+    with pytest.raises(ValueError, match="radius"):
+        method.near_fraction(samples, points, 0.0)
+
+
+def test_memorisation_proxy_separates_a_memorising_sampler_from_a_density_sampler():
+    """Exact samplers: q = N(0, I) held fixed; forget point f and held-out twin -f have the same q-density. A
+    sampler that puts 5% of its mass on f is flagged (ratio well above 2); q itself is not (ratio near 1).
+    Negative control: the memorising sampler's ratio fails the <= 1.5 check of C3b."""
+    rng = np.random.default_rng(0)
+    f, h = np.array([[0.7, 0.3]]), np.array([[-0.7, -0.3]])
+    radius = 0.1
+    clean = rng.standard_normal((40_000, 2))
+    memorising = clean.copy()
+    memorising[:2_000] = f + 0.02 * rng.standard_normal((2_000, 2))
+    ratios = {}
+    for name, s in (("clean", clean), ("memorising", memorising)):
+        near_f, near_h = method.near_fraction(s, f, radius), method.near_fraction(s, h, radius)
+        ratios[name] = method.memorisation_ratio(near_f, near_h, len(s))
+    assert 0.7 < ratios["clean"] < 1.3
+    assert ratios["memorising"] > 2.0 and not ratios["memorising"] <= 1.5
+    # the held-out floor of one sample keeps the ratio finite
+    assert method.memorisation_ratio(0.01, 0.0, 1000) == pytest.approx(10.0)
+
+
+def test_duplicated_points_have_equal_density_and_are_counted_in_the_training_set():
+    q, _, _ = data.mixture_from_table(data.mixture_table(cpu_config().mixture, 0))
+    forget_pts, heldout_pts = data.duplicated_forget_points(q, 7, 0.6, seed=3)
+    centres = q.means[1:8]
+    np.testing.assert_allclose(np.linalg.norm(forget_pts - centres, axis=1), 0.6)
+    np.testing.assert_allclose(forget_pts + heldout_pts, 2 * centres)  # reflections through the mode centre
+    np.testing.assert_allclose(q.density(forget_pts), q.density(heldout_pts), rtol=1e-3)
+    assert not np.allclose(forget_pts, heldout_pts)
+    with pytest.raises(ValueError, match="n_points"):
+        data.duplicated_forget_points(q, 8, 0.6, seed=3)  # the forget mode (0) is never used
+    pool = np.zeros((100, 2))
+    points, is_forget = data.duplicated_training_set(pool, forget_pts[:3], 20)
+    assert points.shape == (160, 2) and is_forget.sum() == 60 and not is_forget[:100].any()
+    for p in forget_pts[:3]:
+        assert np.sum(np.all(points == p, axis=1)) == 20
+
+
+def test_empirical_fu_weights_are_retain_only_training_at_lambda_equal_share():
+    """FU on the atoms of the training set: weight (1 - lambda / w)_+ on forget copies and 1 elsewhere, so at
+    lambda = w (and beyond) the primal loss is DSM on the retained points only. Negative control: lambda = 0
+    keeps the forget copies at full weight."""
+    is_forget = np.zeros(100, dtype=bool)
+    is_forget[80:] = True
+    w = 0.2
+    log_q, log_qu = method.empirical_log_masses(is_forget)
+    for lam in (w, 2 * w):
+        weights = method.importance_weights("fu", log_q, log_qu, lam)
+        assert np.all(weights[80:] == 0) and np.allclose(weights[:80], 100 / 80)
+    half = method.importance_weights("fu", log_q, log_qu, w / 2)
+    assert half[85] / half[0] == pytest.approx(0.5)
+    none = method.importance_weights("fu", log_q, log_qu, 0.0)
+    np.testing.assert_allclose(none, 1.0)
+    with pytest.raises(ValueError, match="forget copy"):
+        method.empirical_log_masses(np.zeros(5, dtype=bool))
+
+
+def test_histogram_retained_kl_accepts_several_forget_centres():
+    rng = np.random.default_rng(1)
+    a, b = rng.standard_normal((4000, 2)), rng.standard_normal((8000, 2))
+    one = method.histogram_retained_kl(a, b, np.array([5.0, 5.0]), 0.5, 16, 4.0)
+    same = method.histogram_retained_kl(a, b, np.array([[5.0, 5.0]]), 0.5, 16, 4.0)
+    assert one == same
+    # a spike at two excluded centres is invisible; the same spike outside them is not
+    spiked = a.copy()
+    spiked[:400] = np.repeat([[1.0, 1.0], [-1.0, 1.0]], 200, axis=0)
+    centres = np.array([[1.0, 1.0], [-1.0, 1.0]])
+    assert method.histogram_retained_kl(spiked, b, centres, 0.2, 16, 4.0) < 0.06
+    assert method.histogram_retained_kl(spiked, b, np.array([[5.0, 5.0]]), 0.2, 16, 4.0) > 0.1
