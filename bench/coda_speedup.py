@@ -6,16 +6,14 @@
 Models have the profile's sizes, randomly initialised (time does not depend on the weights), on the
 Lotka-Volterra task's shapes: median seconds of one training step (batch of train.batch_size) and of one
 inference forward pass (batch of study.timing_batch, and a single sequence), alternating the models so that
-load changes hit both alike. The claims use deterministic counts (FLOPs, nonlinear evaluations); this is
-where the brief's time-based checks (b)1, (b)2 and (b)4 are measured.
+load changes hit both alike (``experiment.paired_timings``, the function the experiment's speed claims C5a, C5b
+and C3c use on the trained models). This standalone run repeats that measurement with more repeats.
 """
 
 from __future__ import annotations
 
 import argparse
-import statistics
 import sys
-import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -29,16 +27,6 @@ def coda_section() -> dict:
     from tasks.common.params import params_section
 
     return params_section("coda", REPO / "params.yaml")
-
-
-def median_seconds(fn, repeats: int) -> float:
-    fn()  # warm-up
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
 
 
 def main() -> None:
@@ -63,20 +51,11 @@ def main() -> None:
     rows = []
     for layers in (1, 2):
         models = {kind: experiment.build_model(kind, layers, task, cfg.model, seed=0) for kind in ("ltc", "coda")}
-
-        def train_step(model):
-            loss = experiment.task_loss(model.kind, model(batch.inputs, batch.dt), batch)
-            loss.backward()
-            model.zero_grad(set_to_none=True)
-
-        times: dict[str, dict[str, list[float]]] = {k: {"train": [], "batch": [], "single": []} for k in models}
-        for _ in range(args.repeats):  # alternate the models within each repeat
-            for kind, model in models.items():
-                times[kind]["train"].append(median_seconds(lambda m=model: train_step(m), 1))
-                with torch.no_grad():
-                    times[kind]["batch"].append(median_seconds(lambda m=model: m(timing.inputs, timing.dt), 1))
-                    times[kind]["single"].append(median_seconds(lambda m=model: m(single.inputs, single.dt), 1))
-        medians = {k: {p: statistics.median(v) for p, v in phases.items()} for k, phases in times.items()}
+        # the same side-by-side timing the experiment verdicts C5a, C5b and C3c on (alternating models)
+        batched = experiment.paired_timings(models, batch, timing, args.repeats)
+        single_seq = experiment.paired_timings(models, batch, single, args.repeats)
+        medians = {k: {"train": batched[k]["train"], "batch": batched[k]["inference"],
+                       "single": single_seq[k]["inference"]} for k in models}
         row = {"layers": layers, **{f"{kind}_{phase}_ms": round(1e3 * value, 3)
                                     for kind, phases in medians.items() for phase, value in phases.items()}}
         for phase in ("train", "batch", "single"):

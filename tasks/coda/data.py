@@ -21,7 +21,7 @@ import numpy as np
 import polars as pl
 
 from tasks.coda.config import TASKS, DataConfig
-from tasks.common.io import write_with
+from tasks.common.io import write_parquet
 
 SUBSTEPS = 8
 FINGERPRINT_KEYS = ("n_train", "n_test", "seq_len", "dt_low", "dt_high", "dt_resolution", "noise",
@@ -272,8 +272,7 @@ def task_frame(cfg: DataConfig, task: TaskArrays) -> pl.DataFrame:
 
 
 def write_task(cfg: DataConfig, name: str, seed: int, data_dir: Path) -> Path:
-    frame = task_frame(cfg, make_task(cfg, name, seed))
-    return write_with(task_path(data_dir, name, seed), lambda tmp: frame.write_parquet(tmp))
+    return write_parquet(task_frame(cfg, make_task(cfg, name, seed)), task_path(data_dir, name, seed))
 
 
 def read_task(cfg: DataConfig, name: str, seed: int, data_dir: Path) -> TaskArrays:

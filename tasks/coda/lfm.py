@@ -13,7 +13,6 @@ from __future__ import annotations
 import copy
 import math
 import time
-from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -23,10 +22,9 @@ from torch import nn
 
 from tasks.coda import data, method
 from tasks.coda.config import LfmConfig
-from tasks.common.io import write_with
+from tasks.common.io import write_parquet
+from tasks.common.results import Progress
 from tasks.common.seeding import torch_init_seed
-
-Progress = Callable[[float, str], None] | None
 
 
 class CodaTokenMixer(nn.Module):
@@ -155,8 +153,7 @@ def write_text_blocks(cfg: LfmConfig, data_dir: Path) -> list[Path]:
     for split, n_texts in ((cfg.train_split, cfg.n_train_texts), (cfg.eval_split, cfg.n_eval_texts)):
         blocks = data.token_blocks(tokenizer, data.load_texts(cfg.dataset, cfg.dataset_config, split, n_texts),
                                    cfg.seq_len)
-        frame = pl.DataFrame({"input_ids": blocks})
-        paths.append(write_with(text_blocks_path(data_dir, split), lambda tmp, f=frame: f.write_parquet(tmp)))
+        paths.append(write_parquet(pl.DataFrame({"input_ids": blocks}), text_blocks_path(data_dir, split)))
     return paths
 
 
@@ -171,8 +168,13 @@ def read_blocks(cfg: LfmConfig, data_dir: Path, split: str) -> torch.Tensor:
     return torch.as_tensor(blocks)
 
 
+def read_train_eval_blocks(cfg: LfmConfig, data_dir: Path) -> tuple[torch.Tensor, torch.Tensor]:
+    """Both splits' token blocks, checked against the config (``run_seed`` calls this before any compute)."""
+    return read_blocks(cfg, data_dir, cfg.train_split), read_blocks(cfg, data_dir, cfg.eval_split)
+
+
 def compare_models(teacher: nn.Module, train_blocks: torch.Tensor, eval_blocks: torch.Tensor, cfg: LfmConfig,
-                   seed: int, progress: Progress = None) -> tuple[dict[str, float], list[dict]]:
+                   seed: int, progress: Progress | None = None) -> tuple[dict[str, float], list[dict]]:
     """Convert, fine-tune and measure; the teacher is left unchanged."""
     generator = torch.Generator().manual_seed(seed)
     student = replace_short_convs(teacher, cfg.gru_hidden, cfg.rank, seed)
@@ -196,9 +198,9 @@ def compare_models(teacher: nn.Module, train_blocks: torch.Tensor, eval_blocks: 
     return metrics, rows
 
 
-def run_lfm_study(cfg: LfmConfig, seed: int, data_dir: Path, device: str, progress: Progress = None
-                  ) -> tuple[dict[str, float], list[dict]]:
+def run_lfm_study(cfg: LfmConfig, seed: int, blocks: tuple[torch.Tensor, torch.Tensor], device: str,
+                  progress: Progress | None = None) -> tuple[dict[str, float], list[dict]]:
+    """``blocks``: the (train, eval) token blocks from ``read_train_eval_blocks``."""
     teacher, _ = data.load_lfm(cfg.model, cfg.dtype)
     teacher = teacher.to(device).eval()
-    return compare_models(teacher, read_blocks(cfg, data_dir, cfg.train_split), read_blocks(cfg, data_dir,
-                          cfg.eval_split), cfg, seed, progress)
+    return compare_models(teacher, blocks[0], blocks[1], cfg, seed, progress)

@@ -12,7 +12,7 @@ import polars as pl
 import pytest
 import torch
 
-from tasks.coda import data, experiment, figures, lfm
+from tasks.coda import data, experiment, figures, lfm, method
 from tasks.coda.config import CONFIG, LfmConfig
 from tasks.common.claims import load_claims
 from tasks.common.params import ParamsError, params_section, validate_paper_section
@@ -193,3 +193,67 @@ def test_token_blocks_and_missing_blocks():
                     finetune_steps=0)
     with pytest.raises(FileNotFoundError, match="data phase"):
         lfm.read_blocks(cfg, Path("/nonexistent"), "train")
+
+
+# ----------------------------------------------------------------------------------------------------
+# Claim metrics: planted rows, the trained-block checks and their negative control, input checks
+# ----------------------------------------------------------------------------------------------------
+
+def _row(task, model, layers, score, kind="forecast", ms=1.0):
+    return {"task": task, "kind": kind, "model": model, "layers": layers, "score": score, "nfe_per_step": 1.0,
+            "train_step_flops": 1.0, "inference_flops": 1.0, "ms_train_step_paired": ms,
+            "ms_inference_batch_paired": ms}
+
+
+def test_claim_metrics_on_planted_rows():
+    cfg = smoke_config()
+    cfg = cfg.model_copy(update={"study": cfg.study.model_copy(update={"baselines": ["gru"]})})
+    rows = [_row("lotka_volterra", "ltc", 1, 1.0, ms=10.0), _row("lotka_volterra", "coda", 1, 1.05, ms=2.0),
+            _row("lotka_volterra", "gru", 1, 0.5),
+            _row("lotka_volterra", "ltc", 2, 0.1, ms=20.0), _row("lotka_volterra", "coda", 2, 1.0, ms=2.0),
+            _row("lotka_volterra", "coda_converted", 1, 1.0), _row("lotka_volterra", "coda_converted", 2, 1.0)]
+    metrics = experiment.claim_metrics(rows, cfg)
+    assert metrics["parity_fraction"] == 1.0  # 1.05 <= 1.1 x 1.0
+    assert metrics["parity_fraction_vs_best_baseline"] == 0.0  # 1.05 > 1.1 x 0.5 (GRU)
+    assert metrics["two_layer_parity_fraction"] == 0.0  # 1.0 > 1.1 x 0.1
+    assert metrics["converted_parity_fraction"] == 0.5  # each against its own-depth teacher: L1 yes, L2 no
+    assert metrics["measured_train_time_ratio_coda_over_ltc_5of6"] == 0.2
+    assert metrics["measured_speedup_2layer_over_1layer_min"] == 2.0  # (20/2) / (10/2)
+
+
+def test_linear_ode_checks_on_blocks_and_their_negative_control(monkeypatch):
+    torch.manual_seed(0)
+    block = method.CodaBlock(2, 4, gru_hidden=3, rank=4, eps=1e-2)
+    with torch.no_grad():
+        block.s.mul_(20.0)  # a large skew part: harmless for the correct K, destabilising for the broken one
+    model = method.SequenceModel([block], torch.nn.Linear(4, 1), "forecast")
+    dt = torch.full((2, 3), 0.1)
+    good = experiment.linear_ode_checks([model], dt, seed=0)
+    assert good["coda_max_real_eig_plus_eps"] <= 1e-6 and good["zoh_vs_rk4_max_abs_error"] <= 1e-5
+    correct = method.stable_generator
+    monkeypatch.setattr(method, "stable_generator", lambda p, s, eps: correct(p, s, eps) + 2 * s.transpose(-1, -2))
+    assert experiment.linear_ode_checks([model], dt, seed=0)["coda_max_real_eig_plus_eps"] > 0
+
+
+def test_paired_timings_cover_every_model_and_phase():
+    cfg = smoke_config()
+    task = data.make_task(cfg.data, "lotka_volterra", 0)
+    train, test = experiment.task_splits(task, "cpu")
+    models = {kind: experiment.build_model(kind, 1, task, cfg.model, 0) for kind in ("ltc", "coda")}
+    medians = experiment.paired_timings(models, train.take(slice(0, 4)), test.take(slice(0, 4)), repeats=2)
+    assert set(medians) == {"ltc", "coda"}
+    assert all(set(p) == {"train", "inference"} and all(v > 0 for v in p.values()) for p in medians.values())
+    assert all(p.grad is None for model in models.values() for p in model.parameters())
+
+
+def test_lfm_blocks_are_checked_before_any_training(smoke_run, tmp_path, monkeypatch):
+    cfg, root, _, _ = smoke_run
+    with_lfm = cfg.model_copy(update={"lfm": LfmConfig(model="local", n_train_texts=1, n_eval_texts=1, seq_len=8,
+                                                        batch_size=1, distill_steps=0, finetune_steps=0)})
+
+    def no_compute(*args, **kwargs):
+        raise AssertionError("training started before the inputs were checked")
+
+    monkeypatch.setattr(experiment, "train_model", no_compute)
+    with pytest.raises(FileNotFoundError, match="coda.lfm"):
+        experiment.run_seed(with_lfm, 0, root / "data", tmp_path)

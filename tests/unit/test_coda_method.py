@@ -6,6 +6,7 @@ Every key check has a negative control: a deliberately broken variant that must 
 from __future__ import annotations
 
 import pytest
+import scipy.linalg
 import torch
 
 from tasks.coda import baselines
@@ -24,28 +25,37 @@ def _random_generator(seed: int, r: int = 8, eps: float = 1e-2) -> torch.Tensor:
                               eps)
 
 
-def _euler_step(z, forcing, k, dt):
-    """Negative control: a first-order Euler step in place of the matrix exponential."""
-    return z + dt * (k @ z + forcing)
-
-
 # ----------------------------------------------------------------------------------------------------
 # (a)1 exact ZOH propagation == fine RK4 of the same linear ODE
 # ----------------------------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("seed", [0, 1, 2])
-def test_zoh_step_equals_fine_rk4_and_euler_does_not(seed):
+def _worst_zoh_vs_rk4_gap(seed: int) -> float:
+    """The (a)1 check: largest gap between the library's ZOH step and 400-step RK4, over Delta in [0.05, 0.15]."""
     g = _rng(100 + seed)
     k = _random_generator(seed)
     z0, forcing = torch.randn(8, generator=g, dtype=F64), torch.randn(8, generator=g, dtype=F64)
+    worst = 0.0
     for dt in torch.linspace(0.05, 0.15, 5, dtype=F64).tolist():
         phi, gamma = m.zoh_propagators(k, torch.tensor([dt], dtype=F64))
         exact = m.zoh_step(z0, forcing, phi[0], gamma[0])
         reference = m.rk4_integrate(lambda z: k @ z + forcing, z0, dt, 400)
-        assert float((exact - reference).abs().max()) <= 1e-5
+        worst = max(worst, float((exact - reference).abs().max()))
         # the brief's own form, expm([[K, B h], [0, 0]] dt), agrees too
         assert torch.allclose(m.zoh_step_augmented(z0, forcing, k, dt), exact, atol=1e-12)
-        assert float((_euler_step(z0, forcing, k, dt) - reference).abs().max()) > 1e-5
+    return worst
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_zoh_step_equals_fine_rk4(seed):
+    assert _worst_zoh_vs_rk4_gap(seed) <= 1e-5
+
+
+def test_zoh_check_fails_when_the_library_truncates_the_exponential_series(monkeypatch):
+    # negative control: the library's series cut to first order (Phi = I + A per scaled step)
+    monkeypatch.setattr(m, "series_terms", lambda dtype: 1)
+    monkeypatch.setattr(m, "zoh_step_augmented", lambda z, f, k, dt: m.zoh_step(
+        z, f, *(x[0] for x in m.zoh_propagators(k, torch.tensor([dt], dtype=F64)))))
+    assert _worst_zoh_vs_rk4_gap(0) > 1e-5
 
 
 def test_rk4_is_fourth_order_on_a_scalar_exponential():
@@ -56,23 +66,45 @@ def test_rk4_is_fourth_order_on_a_scalar_exponential():
 
 
 # ----------------------------------------------------------------------------------------------------
-# (a)2 augmented-exponential identity
+# (a)2 augmented-exponential identity (reference: scipy's expm, independent of torch)
 # ----------------------------------------------------------------------------------------------------
+
+DTS = (0.05, 0.1, 0.15, 2.5)
+
+
+def _identity_gaps(seed: int) -> dict[str, float]:
+    """The (a)2 check: top-right block of expm([[K, I], [0, 0]] dt) (``augmented_exponential``) and the fast
+    ``Gamma`` against K^-1 (e^{K dt} - I); ``Phi`` against e^{K dt}."""
+    k = _random_generator(seed)
+    dts = torch.tensor(DTS, dtype=F64)
+    augmented = m.augmented_exponential(k, dts)
+    phi, gamma = m.zoh_propagators(k, dts)
+    gaps = {"augmented": 0.0, "gamma": 0.0, "phi": 0.0}
+    for i, dt in enumerate(DTS):
+        expm = torch.from_numpy(scipy.linalg.expm(k.numpy() * dt))
+        expected = torch.linalg.solve(k, expm - torch.eye(8, dtype=F64))
+        gaps["augmented"] = max(gaps["augmented"], float((augmented[i, :8, 8:] - expected).abs().max()))
+        gaps["gamma"] = max(gaps["gamma"], float((gamma[i] - expected).abs().max()))
+        gaps["phi"] = max(gaps["phi"], float((phi[i] - expm).abs().max()))
+    return gaps
+
 
 @pytest.mark.parametrize("seed", [0, 1])
 def test_augmented_exponential_top_right_block_is_k_inverse_times_expm_minus_identity(seed):
-    k = _random_generator(seed)
-    dts = torch.tensor([0.05, 0.1, 0.15, 2.5], dtype=F64)
-    reference = m.augmented_exponential(k, dts)
-    phi, gamma = m.zoh_propagators(k, dts)
-    eye = torch.eye(8, dtype=F64)
-    for i, dt in enumerate(dts):
-        expected_gamma = torch.linalg.solve(k, torch.linalg.matrix_exp(k * dt) - eye)
-        assert torch.allclose(reference[i, :8, 8:], expected_gamma, atol=1e-8, rtol=0)
-        assert torch.allclose(gamma[i], expected_gamma, atol=1e-8, rtol=0)  # the scaled series, same identity
-        assert torch.allclose(phi[i], torch.linalg.matrix_exp(k * dt), atol=1e-10, rtol=0)
-        # negative control: the first-order integral dt * I misses the identity
-        assert not torch.allclose(dt * eye, expected_gamma, atol=1e-8, rtol=0)
+    gaps = _identity_gaps(seed)
+    assert gaps["augmented"] <= 1e-8 and gaps["gamma"] <= 1e-8 and gaps["phi"] <= 1e-10, gaps
+
+
+def test_identity_check_fails_with_a_truncated_series(monkeypatch):
+    monkeypatch.setattr(m, "series_terms", lambda dtype: 2)  # negative control on the fast propagators
+    gaps = _identity_gaps(0)
+    assert gaps["gamma"] > 1e-8 and gaps["phi"] > 1e-10
+
+
+def test_identity_check_fails_with_a_first_order_matrix_exponential(monkeypatch):
+    # negative control on augmented_exponential: torch's matrix_exp replaced by I + A
+    monkeypatch.setattr(torch.linalg, "matrix_exp", lambda a: torch.eye(a.shape[-1], dtype=a.dtype) + a)
+    assert _identity_gaps(0)["augmented"] > 1e-8
 
 
 def test_propagators_gather_per_step_and_float32_stays_close():
@@ -86,21 +118,32 @@ def test_propagators_gather_per_step_and_float32_stays_close():
 
 
 # ----------------------------------------------------------------------------------------------------
-# (a)3 stability of the parametrisation
+# (a)3 stability of the parametrisation (through CodaBlock.generator, the path the model uses)
 # ----------------------------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("eps", [1e-3, 1e-2, 0.5])
-def test_parametrised_generator_is_stable_and_unconstrained_one_is_not(eps):
+def _worst_real_eig_plus_eps(eps: float, n: int = 50) -> float:
+    """The (a)3 check: max over random P, S of max Re eig(K) + eps (<= 0 when stable)."""
+    block = m.CodaBlock(2, 2, gru_hidden=2, rank=8, eps=eps).double()
     worst = -float("inf")
-    for seed in range(50):
-        k = _random_generator(seed, r=8, eps=eps)
-        worst = max(worst, float(torch.linalg.eigvals(k).real.max()))
-    assert worst <= -eps + 1e-10
-    # negative control: dropping the sign of the symmetric part (an unstable parametrisation)
-    g = _rng(0)
-    p, s = torch.randn(8, 8, generator=g, dtype=F64), torch.randn(8, 8, generator=g, dtype=F64)
-    unstable = (p @ p.T + eps * torch.eye(8, dtype=F64)) + (s - s.T)
-    assert float(torch.linalg.eigvals(unstable).real.max()) > -eps
+    for seed in range(n):
+        g = _rng(seed)
+        with torch.no_grad():
+            block.p.copy_(torch.randn(8, 8, generator=g, dtype=F64))
+            block.s.copy_(torch.randn(8, 8, generator=g, dtype=F64))
+        worst = max(worst, float(torch.linalg.eigvals(block.generator().detach()).real.max()) + eps)
+    return worst
+
+
+@pytest.mark.parametrize("eps", [1e-3, 1e-2, 0.5])
+def test_parametrised_generator_is_stable(eps):
+    assert _worst_real_eig_plus_eps(eps) <= 1e-10
+
+
+def test_stability_check_fails_when_the_skew_part_is_not_skew(monkeypatch):
+    # negative control: the library's K with S + S^T in place of S - S^T (adds 2 S^T to the correct K)
+    correct = m.stable_generator
+    monkeypatch.setattr(m, "stable_generator", lambda p, s, eps: correct(p, s, eps) + 2 * s.transpose(-1, -2))
+    assert _worst_real_eig_plus_eps(1e-2) > 1e-10
 
 
 def test_stable_generator_rejects_non_positive_eps():
@@ -112,13 +155,22 @@ def test_stable_generator_rejects_non_positive_eps():
 # (a)4 Delta = 0 is the identity; gradients flow to P, S, B and the GRU
 # ----------------------------------------------------------------------------------------------------
 
-def test_zero_step_keeps_the_state_exactly():
+def _zero_step_keeps_state() -> bool:
     k = _random_generator(5)
     z, forcing = torch.randn(8, generator=_rng(1), dtype=F64), torch.randn(8, generator=_rng(2), dtype=F64)
     phi, gamma = m.zoh_propagators(k, torch.zeros(1, dtype=F64))
-    assert torch.equal(m.zoh_step(z, forcing, phi[0], gamma[0]), z)
-    # negative control: a step that adds the forcing regardless of Delta moves the state
-    assert not torch.equal(z + forcing, z)
+    return torch.equal(m.zoh_step(z, forcing, phi[0], gamma[0]), z)
+
+
+def test_zero_step_keeps_the_state_exactly():
+    assert _zero_step_keeps_state()
+
+
+def test_zero_step_check_fails_when_gamma_is_taken_at_a_shifted_delta(monkeypatch):
+    # negative control: the library's Gamma evaluated one timestamp tick (1 ms) late
+    correct = m.zoh_propagators
+    monkeypatch.setattr(m, "zoh_propagators", lambda k, dt: (correct(k, dt)[0], correct(k, dt + 1e-3)[1]))
+    assert not _zero_step_keeps_state()
 
 
 def _block64() -> m.CodaBlock:
@@ -126,7 +178,9 @@ def _block64() -> m.CodaBlock:
     return m.CodaBlock(in_dim=3, out_dim=4, gru_hidden=5, rank=3, eps=1e-2).double()
 
 
-def test_gradients_reach_p_s_b_and_gru_and_match_finite_differences():
+def _gradient_failures() -> list[str]:
+    """The (a)4 gradient check: the parameters (P, S, B, GRU) whose autograd gradient is missing, zero, or off
+    a central finite difference along a random direction by more than 1e-4 relative."""
     block = _block64()
     g = _rng(7)
     inputs = torch.randn(2, 6, 3, generator=g, dtype=F64)
@@ -137,10 +191,10 @@ def test_gradients_reach_p_s_b_and_gru_and_match_finite_differences():
 
     block.zero_grad()
     loss().backward()
+    failures = []
     params = {"p": block.p, "s": block.s, "B": block.forcing.weight, "gru": block.gru.weight_hh_l0}
     for name, param in params.items():
-        grad = param.grad.clone()
-        assert float(grad.abs().max()) > 0, name
+        grad = param.grad.clone() if param.grad is not None else torch.zeros_like(param)
         direction = torch.randn(param.shape, generator=g, dtype=F64)
         h = 1e-6
         with torch.no_grad():
@@ -150,53 +204,64 @@ def test_gradients_reach_p_s_b_and_gru_and_match_finite_differences():
             down = float(loss())
             param += h * direction
         numeric, analytic = (up - down) / (2 * h), float((grad * direction).sum())
-        assert abs(numeric - analytic) <= 1e-4 * max(1.0, abs(analytic)), name
-    # negative control: a detached generator cuts the gradient to P and S
-    assert not m.zoh_propagators(block.generator().detach(), dt)[0].requires_grad
+        if float(grad.abs().max()) == 0 or abs(numeric - analytic) > 1e-4 * max(1.0, abs(analytic)):
+            failures.append(name)
+    return failures
+
+
+def test_gradients_reach_p_s_b_and_gru_and_match_finite_differences():
+    assert _gradient_failures() == []
+
+
+def test_gradient_check_fails_when_the_generator_is_detached(monkeypatch):
+    # negative control: the library's CodaBlock.generator cut from autograd
+    correct = m.CodaBlock.generator
+    monkeypatch.setattr(m.CodaBlock, "generator", lambda self: correct(self).detach())
+    assert _gradient_failures() == ["p", "s"]
 
 
 # ----------------------------------------------------------------------------------------------------
-# (a)5 nonlinear cell evaluations per step, counted by an instrumented forward
+# (a)5 nonlinear cell evaluations per step, counted by an instrumented forward (exact by construction)
 # ----------------------------------------------------------------------------------------------------
 
 def _count(layer) -> float:
-    model = m.SequenceModel([layer], torch.nn.Linear(32 if not isinstance(layer, m.CodaBlock) else 32, 1),
-                            "forecast")
+    model = m.SequenceModel([layer], torch.nn.Linear(32, 1), "forecast")
     inputs, dt = torch.randn(3, 7, 4, generator=_rng(0)), torch.full((3, 7), 0.1)
     return m.count_nonlinear_evaluations(model, inputs, dt)
 
 
-def test_nonlinear_evaluations_per_step_per_model():
+def _ltc_and_coda_counts() -> tuple[float, float]:
     torch.manual_seed(0)
-    assert _count(m.LTCLayer(4, 32, ode_unfolds=6)) == 6.0
+    return _count(m.LTCLayer(4, 32, ode_unfolds=6)), _count(m.CodaBlock(4, 32, gru_hidden=16, rank=8))
+
+
+def test_nonlinear_evaluations_per_step_per_model():
+    assert _ltc_and_coda_counts() == (6.0, 1.0)
+    torch.manual_seed(0)
     assert _count(m.LTCLayer(4, 32, ode_unfolds=3)) == 3.0
-    assert _count(m.CodaBlock(4, 32, gru_hidden=16, rank=8)) == 1.0
     assert _count(baselines.CfCLayer(4, 32)) == 1.0
     assert _count(baselines.GRULayer(4, 32)) == 1.0
     assert _count(baselines.ODERNNLayer(4, 32, rk4_steps=1)) == 5.0  # 4 RK4 stages + the GRU update
     assert _count(baselines.ODERNNLayer(4, 32, rk4_steps=2)) == 9.0
 
 
-class _NonlinearOdeCoda(m.CodaBlock):
-    """Negative control: a 'CoDA' whose latent ODE is nonlinear and unfolded like the LTC (6 evaluations)."""
+def test_count_check_fails_when_coda_reruns_its_gru_per_unfold(monkeypatch):
+    # negative control: the library's CodaBlock.forward also re-running its GRU 5 more times per sequence
+    correct = m.CodaBlock.forward
 
-    def __init__(self, *args, **kwargs):
-        super().__init__(*args, **kwargs)
-        self.latent_ode = baselines.ODEFunc(self.rank)
+    def unfolded(self, inputs, dt):
+        for _ in range(5):
+            self.gru(inputs)
+        return correct(self, inputs, dt)
 
-    def forward(self, inputs, dt):
-        memory, _ = self.gru(inputs)
-        z, states = inputs.new_zeros(inputs.shape[0], self.rank), []
-        for k in range(inputs.shape[1]):
-            for _ in range(6):
-                z = z + dt[:, k:k + 1] / 6 * (self.latent_ode(z) + self.forcing(memory[:, k]))
-            states.append(z)
-        return self.readout(torch.cat([torch.stack(states, 1), memory], -1))
+    monkeypatch.setattr(m.CodaBlock, "forward", unfolded)
+    assert _ltc_and_coda_counts() == (6.0, 6.0)
 
 
-def test_instrumented_count_catches_a_nonlinear_latent_ode():
-    torch.manual_seed(0)
-    assert _count(_NonlinearOdeCoda(4, 32, gru_hidden=16, rank=8)) == 7.0
+def test_count_check_fails_when_the_ltc_synapse_is_not_a_counted_cell(monkeypatch):
+    # negative control: the counter follows real cell calls, not the layers' own bookkeeping
+    monkeypatch.setattr(m, "NonlinearCell", type("Unrelated", (torch.nn.Module,), {}))
+    assert _ltc_and_coda_counts() == (0.0, 1.0)
 
 
 def test_two_layer_stacks_add_their_evaluations():
