@@ -64,7 +64,9 @@ class S2TConfig(ProfileConfig):
     k_eval: int = Field(default=8, ge=1)
     k_collect: int = Field(default=16, ge=2)
     hit_ks: list[int] = Field(default=[1, 2, 4, 8], min_length=1)
-    ratio_to_max: float = Field(default=0.1, gt=0, lt=1, description="alternative candidate set p > r * p_max")
+    ratio_to_max: float | None = Field(default=None, gt=0, lt=1,
+                                       description="S2T candidates p > r * p_max instead of the top-k_eval "
+                                                   "(official alternative, r = 0.1); None: top-k_eval")
     maj_samples: int = Field(default=8, ge=1)
     maj_temperature: float = Field(default=0.7, gt=0)
 
@@ -106,7 +108,6 @@ class HubConfig(ProfileConfig):
     n_calibration: int = Field(default=20, ge=1)
     max_new_tokens: int = Field(ge=1)
     max_prefix_tokens: int = Field(default=512, ge=8)
-    batch_size: int = Field(default=8, ge=1)
     dtype: str = Field(default="bfloat16", pattern="^(float32|float16|bfloat16)$")
 
 

@@ -25,7 +25,7 @@ import numpy as np
 import polars as pl
 import torch
 
-from tasks.common.io import read_json, write_json, write_with
+from tasks.common.io import read_json, write_dir_with, write_json, write_parquet
 
 PLUS, EQUALS, ANSWER, EOS = 10, 11, 12, 13
 BASE_VOCAB = 14  # digits + '+', '=', 'A', '<eos>'; reserved bin ids start here
@@ -140,7 +140,7 @@ def meta_file(data_dir: Path) -> Path:
 
 
 def write_problems(frame: pl.DataFrame, path: Path) -> Path:
-    return write_with(path, lambda tmp: frame.write_parquet(tmp))
+    return write_parquet(frame, path)
 
 
 def write_meta(data_dir: Path, data_config: dict[str, Any]) -> Path:
@@ -221,10 +221,7 @@ def hub_problems_dir(data_dir: Path, seed: int) -> Path:
 
 def write_hub_problems(hub: Any, seed: int, data_dir: Path) -> Path:
     """Per seed: the calibration + collection problems and the evaluation problems, saved with
-    ``datasets.Dataset.save_to_disk`` (atomically: a temporary folder renamed into place)."""
-    import shutil
-    import tempfile
-
+    ``datasets.Dataset.save_to_disk`` (atomically, ``tasks.common.io.write_dir_with``)."""
     from datasets import Dataset
 
     collect = load_math_problems(hub.collect_dataset, hub.collect_config, hub.collect_split,
@@ -233,18 +230,7 @@ def write_hub_problems(hub: Any, seed: int, data_dir: Path) -> Path:
     rows = ([r | {"split": "calibration"} for r in collect[:hub.n_calibration]]
             + [r | {"split": "collection"} for r in collect[hub.n_calibration:]]
             + [r | {"split": "test"} for r in evaluate])
-    target = hub_problems_dir(data_dir, seed)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", suffix=".partial", dir=target.parent))
-    try:
-        Dataset.from_list(rows).save_to_disk(str(tmp))
-        if target.exists():
-            shutil.rmtree(target)
-        tmp.rename(target)
-    finally:
-        if tmp.exists():
-            shutil.rmtree(tmp)
-    return target
+    return write_dir_with(hub_problems_dir(data_dir, seed), lambda tmp: Dataset.from_list(rows).save_to_disk(str(tmp)))
 
 
 def read_hub_problems(hub: Any, data_dir: Path, seed: int) -> dict[str, list[dict[str, str]]]:

@@ -21,12 +21,9 @@ import torch
 from torch.nn import functional as F
 
 from tasks.common import tiny_lm
+from tasks.common.results import Progress, SeedResult
 from tasks.select_to_think import baselines, data, method
 from tasks.select_to_think.config import AdditionDataConfig, S2TConfig, SelectToThinkConfig, TinyLMConfig
-
-SeedResult = dict[str, Any]
-Progress = Callable[[float, str], None] | None
-
 
 # ------------------------------------------------------------------------------------------------
 # Data phase
@@ -69,7 +66,7 @@ def generated_loss(model: torch.nn.Module, batch: torch.Tensor, prompt_len: int,
 
 
 def train_lm(model: torch.nn.Module, lm: TinyLMConfig, sequences: torch.Tensor, prompt_len: int, seed: int,
-             accuracy_check: Callable[[], float] | None = None, progress: Progress = None, name: str = "lm"
+             accuracy_check: Callable[[], float] | None = None, progress: Progress | None = None, name: str = "lm"
              ) -> tuple[list[float], int]:
     """AdamW (no weight decay) with a 5% linear warm-up; then a cosine decay over ``lm.steps``, or a constant
     rate with a stop at ``lm.target_accuracy`` (checked every ``lm.check_every`` steps). Returns the loss
@@ -133,7 +130,8 @@ class AdditionTask:
 def policy_for(s2t: S2TConfig, action: str, trigger: str, threshold: float = math.inf, rate: float = 0.0
                ) -> method.DecodePolicy:
     return method.DecodePolicy(action=action, trigger=trigger, threshold=threshold, random_rate=rate,
-                               warmup_steps=s2t.warmup_steps, support_size=s2t.support_size, k=s2t.k_eval)
+                               warmup_steps=s2t.warmup_steps, support_size=s2t.support_size, k=s2t.k_eval,
+                               ratio_to_max=s2t.ratio_to_max if action == "s2t" else None)
 
 
 def calibrate(slm: Any, task: AdditionTask, s2t: S2TConfig, trigger: str, reserved: list[int],
@@ -155,19 +153,12 @@ def trigger_rate(trace: method.DecodeTrace, warmup_steps: int) -> float:
     return float(trace.fired[:, warmup_steps:].float().mean())
 
 
-def frozen_rows_change(before: torch.Tensor, after: torch.Tensor, reserved: list[int]) -> float:
-    """max |W_after - W_before| over the non-reserved rows of lm_head (0.0 exactly when untouched)."""
-    keep = torch.ones(before.shape[0], dtype=torch.bool)
-    keep[reserved] = False
-    return float((after[keep] - before[keep]).abs().max())
-
-
 # ------------------------------------------------------------------------------------------------
 # One seed, end to end
 # ------------------------------------------------------------------------------------------------
 
 def run_seed(config: SelectToThinkConfig, seed: int, data_dir: Path, model_dir: Path, device: str = "cpu",
-             progress: Progress = None) -> SeedResult:
+             progress: Progress | None = None) -> SeedResult:
     """Every measurement of one seed; each model is trained once and reused for every claim."""
     if config.hub is not None:
         from tasks.select_to_think import paper
@@ -250,7 +241,7 @@ def run_seed(config: SelectToThinkConfig, seed: int, data_dir: Path, model_dir: 
                                  on_step=lambda i, n: report(0.6 + 0.3 * i / n, f"S2T-Local step {i}/{n}")
                                  if i % max(1, n // 5) == 0 else None)
     metrics["local_groups"] = float(len(groups))
-    metrics["local_frozen_rows_max_change"] = frozen_rows_change(
+    metrics["local_frozen_rows_max_change"] = method.frozen_rows_change(
         head_before, local_model.get_output_embeddings().weight.detach(), reserved)
     lap("local_train")
 

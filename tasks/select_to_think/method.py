@@ -141,8 +141,7 @@ def takeover_select(llm_logits: torch.Tensor) -> torch.Tensor:
 def hit_at_k(slm_logits: torch.Tensor, llm_logits: torch.Tensor, ks: Sequence[int]) -> dict[int, torch.Tensor]:
     """Local sufficiency (claim C1): per row, is the LLM's argmax among the SLM's top-k? One (B,) bool per k."""
     target = llm_logits.argmax(-1, keepdim=True)
-    ranked = slm_logits.topk(max(ks), dim=-1).indices
-    return {k: (ranked[:, :k] == target).any(-1) for k in ks}
+    return {k: (top_k_candidates(slm_logits, k) == target).any(-1) for k in ks}
 
 
 # ------------------------------------------------------------------------------------------------
@@ -154,10 +153,14 @@ def bin_ids(first_reserved_id: int, n_bins: int) -> list[int]:
     return list(range(first_reserved_id, first_reserved_id + n_bins))
 
 
+def bin_levels(n_bins: int, dtype: torch.dtype = torch.float32, device: Any = None) -> torch.Tensor:
+    """The value b / (B - 1) of each bin b = 0..B-1 (bin 0 -> 0, bin B-1 -> 1)."""
+    return torch.arange(n_bins, dtype=dtype, device=device) / (n_bins - 1)
+
+
 def bin_score(bin_logits: torch.Tensor) -> torch.Tensor:
     """score = sum_b softmax(bins)_b * b / (B - 1): the expected bin, in [0, 1]."""
-    n_bins = bin_logits.shape[-1]
-    levels = torch.arange(n_bins, dtype=bin_logits.dtype, device=bin_logits.device) / (n_bins - 1)
+    levels = bin_levels(bin_logits.shape[-1], bin_logits.dtype, bin_logits.device)
     return (torch.softmax(bin_logits, dim=-1) * levels).sum(-1)
 
 
@@ -217,8 +220,12 @@ def selection_ce(scores: torch.Tensor, best: torch.Tensor) -> torch.Tensor:
 def hinge_loss(scores: torch.Tensor, best: torch.Tensor, margin: float = 1.0) -> torch.Tensor:
     """(ii) max(0, margin - (s_best - s_hardest negative)); the hardest negative is the top-scored other."""
     s_best = scores.gather(-1, best[:, None]).squeeze(-1)
-    negatives = scores.scatter(-1, best[:, None], NEG_INF)
-    return torch.clamp(margin - (s_best - negatives.max(-1).values), min=0.0)
+    return torch.clamp(margin - (s_best - hardest_negative(scores, best)), min=0.0)
+
+
+def hardest_negative(scores: torch.Tensor, best: torch.Tensor) -> torch.Tensor:
+    """(G,) the highest score among the candidates other than ``best``."""
+    return scores.scatter(-1, best[:, None], NEG_INF).max(-1).values
 
 
 def teacher_kl(scores: torch.Tensor, teacher_probs: torch.Tensor) -> torch.Tensor:
@@ -274,14 +281,20 @@ def restrict_output_rows(model: Any, reserved: Sequence[int]) -> torch.utils.hoo
     return weight.register_hook(lambda grad: grad * keep)
 
 
-def local_optimizer(model: Any, lr: float, weight_decay: float, head_weight_decay: float = 0.0
-                    ) -> torch.optim.AdamW:
+def local_optimizer(model: Any, lr: float, weight_decay: float) -> torch.optim.AdamW:
     """AdamW with weight decay 0 on ``lm_head``: decoupled decay would shrink the frozen rows (acceptance a3)."""
     head = output_layer(model)
     head_params = {id(p) for p in head.parameters()}
     body = [p for p in model.parameters() if id(p) not in head_params]
     return torch.optim.AdamW([{"params": body, "weight_decay": weight_decay},
-                              {"params": list(head.parameters()), "weight_decay": head_weight_decay}], lr=lr)
+                              {"params": list(head.parameters()), "weight_decay": 0.0}], lr=lr)
+
+
+def frozen_rows_change(before: torch.Tensor, after: torch.Tensor, reserved: Sequence[int]) -> float:
+    """max |W_after - W_before| over the non-reserved rows of lm_head (0.0 exactly when untouched)."""
+    keep = torch.ones(before.shape[0], dtype=torch.bool)
+    keep[list(reserved)] = False
+    return float((after[keep] - before[keep]).abs().max())
 
 
 @dataclass
@@ -313,19 +326,15 @@ class LocalTrainingLog:
 
 def train_s2t_local(model: Any, groups: CandidateGroups, reserved: Sequence[int], epochs: int, batch_groups: int,
                     lr: float, weight_decay: float, weights: LocalLossWeights, seed: int, pad_id: int = 0,
-                    head_weight_decay: float = 0.0, on_step: Callable[[int, int], None] | None = None
-                    ) -> LocalTrainingLog:
+                    on_step: Callable[[int, int], None] | None = None) -> LocalTrainingLog:
     """Train the SLM's bins and body on collected groups with the four-part loss (gradient clip 1.0).
 
-    A frozen copy of the model at entry gives loss (iv). ``head_weight_decay`` exists only so a test
-    can show that a non-zero value breaks acceptance check a3."""
+    A frozen copy of the model at entry gives loss (iv)."""
     if len(groups) == 0:
         raise ValueError("train_s2t_local: no candidate groups were collected (no trigger fired)")
-    frozen = copy.deepcopy(model).eval()
-    for parameter in frozen.parameters():
-        parameter.requires_grad_(False)
+    frozen = frozen_copy(model)
     hook = restrict_output_rows(model, reserved)
-    optimizer = local_optimizer(model, lr, weight_decay, head_weight_decay)
+    optimizer = local_optimizer(model, lr, weight_decay)
     generator = torch.Generator().manual_seed(seed)
     log = LocalTrainingLog()
     steps_per_epoch = math.ceil(len(groups) / batch_groups)
@@ -348,6 +357,14 @@ def train_s2t_local(model: Any, groups: CandidateGroups, reserved: Sequence[int]
         hook.remove()
         model.eval()
     return log
+
+
+def frozen_copy(model: Any) -> Any:
+    """The reference of loss (iv): an exact, gradient-free copy of the model at the start of training."""
+    frozen = copy.deepcopy(model).eval()
+    for parameter in frozen.parameters():
+        parameter.requires_grad_(False)
+    return frozen
 
 
 def local_step(model: Any, frozen: Any, batch: CandidateGroups, reserved: Sequence[int],

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import copy
 import math
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -18,10 +17,9 @@ import numpy as np
 import torch
 
 from tasks.common import tiny_lm
+from tasks.common.results import Progress, SeedResult
 from tasks.select_to_think import data, method
 from tasks.select_to_think.config import SelectToThinkConfig
-
-Progress = Callable[[float, str], None] | None
 
 
 def prompt_ids(tokenizer: Any, question: str, max_tokens: int) -> torch.Tensor:
@@ -41,7 +39,7 @@ def reserved_rows(model: Any, tokenizer: Any, n_bins: int) -> list[int]:
 
 
 def run_seed_paper(config: SelectToThinkConfig, seed: int, data_dir: Path, model_dir: Path, device: str,
-                   progress: Progress = None) -> dict:
+                   progress: Progress | None = None) -> SeedResult:
     hub, s2t, local = config.hub, config.s2t, config.local
     splits = data.read_hub_problems(hub, data_dir, seed)
     slm, llm, tokenizer = data.load_pair(hub.slm, hub.llm, hub.dtype)
@@ -62,7 +60,8 @@ def run_seed_paper(config: SelectToThinkConfig, seed: int, data_dir: Path, model
 
     def policy(action: str, trigger: str, threshold: float = math.inf) -> method.DecodePolicy:
         return method.DecodePolicy(action=action, trigger=trigger, threshold=threshold,
-                                   warmup_steps=s2t.warmup_steps, support_size=s2t.support_size, k=s2t.k_eval)
+                                   warmup_steps=s2t.warmup_steps, support_size=s2t.support_size, k=s2t.k_eval,
+                                   ratio_to_max=s2t.ratio_to_max if action == "s2t" else None)
 
     def threshold(model: Any, trigger: str) -> float:
         _, traces = run(model, "calibration", policy("greedy", trigger), trigger == "kl")
@@ -84,10 +83,8 @@ def run_seed_paper(config: SelectToThinkConfig, seed: int, data_dir: Path, model
                            local.weight_decay, method.LocalLossWeights(local.kl_weight, local.frozen_kl_weight,
                                                                        local.hinge_margin), seed,
                            pad_id=tokenizer.eos_token_id)
-    keep = torch.ones(before.shape[0], dtype=torch.bool)
-    keep[reserved] = False
-    metrics["local_frozen_rows_max_change"] = float(
-        (local_model.get_output_embeddings().weight.detach()[keep] - before[keep]).abs().max())
+    metrics["local_frozen_rows_max_change"] = method.frozen_rows_change(
+        before, local_model.get_output_embeddings().weight.detach(), reserved)
     entropy_threshold = threshold(local_model, "entropy")
     metrics["local_entropy_accuracy"], entropy_traces = run(local_model, "test",
                                                             policy("local", "entropy", entropy_threshold), False)

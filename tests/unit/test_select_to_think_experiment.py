@@ -57,6 +57,21 @@ def test_config_validators_give_clear_errors(path, value, message):
         CONFIG.model_validate(raw)
 
 
+def test_ratio_to_max_config_reaches_the_s2t_policy():
+    s2t = smoke_config().s2t
+    assert experiment.policy_for(s2t, "s2t", "kl").ratio_to_max is None  # default: top-k_eval candidates
+    ratio = s2t.model_copy(update={"ratio_to_max": 0.1})
+    assert experiment.policy_for(ratio, "s2t", "kl").ratio_to_max == 0.1
+    assert experiment.policy_for(ratio, "local", "entropy").ratio_to_max is None  # S2T only
+
+
+def test_unused_hub_batch_size_is_an_unknown_key():
+    bad = profile_section()
+    bad["paper"]["hub"]["batch_size"] = 8
+    with pytest.raises(ParamsError, match=r"select_to_think\.paper\.hub\.batch_size: unknown key"):
+        validate_paper_section("select_to_think", bad)
+
+
 def test_paper_profile_excludes_the_tiny_pair():
     raw = profile_section()["paper"] | {"slm": profile_section()["cpu"]["slm"]}
     with pytest.raises(ValidationError, match="'hub' .* excludes"):

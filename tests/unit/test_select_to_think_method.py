@@ -22,45 +22,62 @@ def tiny_model(seed: int = 0, untied: bool = True):
 
 # (a)1 -------------------------------------------------------------------------------------------
 
+def bin_score_check() -> bool:
+    """(a)1: equal bin logits -> 0.5; one-hot bin 15 (+50) -> 1.0; one-hot bin 0 -> 0.0 (1e-6)."""
+    top, bottom = torch.zeros(16), torch.zeros(16)
+    top[15], bottom[0] = 50.0, 50.0
+    values = [method.bin_score(x).item() for x in (torch.zeros(16), top, bottom)]
+    return all(abs(v - want) <= 1e-6 for v, want in zip(values, (0.5, 1.0, 0.0)))
+
+
 def test_bin_score_exact_values():
-    assert method.bin_score(torch.zeros(16)).item() == pytest.approx(0.5, abs=1e-6)
-    top = torch.zeros(16)
-    top[15] = 50.0
-    bottom = torch.zeros(16)
-    bottom[0] = 50.0
-    assert method.bin_score(top).item() == pytest.approx(1.0, abs=1e-6)
-    assert method.bin_score(bottom).item() == pytest.approx(0.0, abs=1e-6)
-    # Negative control: levels b / B instead of b / (B - 1) miss the top of the range.
-    wrong = (torch.softmax(top, -1) * torch.arange(16) / 16).sum()
-    assert abs(wrong.item() - 1.0) > 1e-2
+    assert bin_score_check()
+
+
+def test_negative_control_bin_levels_b_over_B_fails_a1(monkeypatch):
+    monkeypatch.setattr(method, "bin_levels", lambda n, dtype=torch.float32, device=None:
+                        torch.arange(n, dtype=dtype, device=device) / n)
+    assert not bin_score_check()
 
 
 # (a)2 -------------------------------------------------------------------------------------------
 
-def test_reserved_rows_never_win_even_at_plus_100():
-    logits = torch.randn(6, BASE + N_BINS)
-    logits[:, RESERVED] = 100.0
-    masked = method.mask_reserved(logits, RESERVED)
-    assert not set(masked.argmax(-1).tolist()) & set(RESERVED)
-    assert torch.isneginf(masked[:, RESERVED]).all()
-    sampled = torch.multinomial(torch.softmax(masked, -1), 50, replacement=True, generator=torch.Generator())
-    assert not set(sampled.unique().tolist()) & set(RESERVED)
-    # Negative control: without the mask a reserved row wins.
-    assert set(logits.argmax(-1).tolist()) <= set(RESERVED)
-
-
-def test_decoding_never_emits_reserved_ids_after_the_bins_are_boosted():
+def boosted_bins_model():
+    """A model whose raw logits are dominated by the reserved rows (+100 on every bin)."""
     model = tiny_model()
     with torch.no_grad():
         model.get_output_embeddings().weight[RESERVED] *= 0
-        model.get_output_embeddings().bias = None
         model.transformer.ln_f.bias.fill_(1.0)
-        model.get_output_embeddings().weight[RESERVED] += 100.0  # bins dominate the raw logits
+        model.get_output_embeddings().weight[RESERVED] += 100.0
+    return model
+
+
+def reserved_never_win_check() -> bool:
+    """(a)2: greedy and sampled decoding never emit a reserved id, though the bins dominate the raw logits."""
+    model = boosted_bins_model()
     prompts = torch.randint(0, BASE, (4, 5), generator=torch.Generator().manual_seed(0))
-    trace = method.decode(model, prompts, 6, method.DecodePolicy(), reserved=RESERVED)
-    assert trace.tokens.max().item() < BASE
-    raw = method.decode(model, prompts, 6, method.DecodePolicy(), reserved=())
-    assert raw.tokens.min().item() >= BASE  # negative control: unmasked decoding picks the bins
+    raw = model(input_ids=prompts).logits[:, -1]
+    assert set(raw.argmax(-1).tolist()) <= set(RESERVED)  # the setup really boosts the bins
+    greedy = method.decode(model, prompts, 6, method.DecodePolicy(), reserved=RESERVED)
+    sampled = method.decode(model, prompts.repeat(8, 1), 6, method.DecodePolicy(action="sample"), reserved=RESERVED,
+                            generator=torch.Generator().manual_seed(1))
+    return greedy.tokens.max().item() < BASE and sampled.tokens.max().item() < BASE
+
+
+def test_decoding_never_emits_reserved_ids_after_the_bins_are_boosted():
+    assert reserved_never_win_check()
+
+
+def test_negative_control_without_the_reserved_mask_bins_win(monkeypatch):
+    monkeypatch.setattr(method, "mask_reserved", lambda logits, reserved_ids: logits)
+    assert not reserved_never_win_check()
+
+
+def test_mask_reserved_puts_minus_inf_on_the_bins():
+    logits = torch.randn(6, BASE + N_BINS)
+    logits[:, RESERVED] = 100.0
+    masked = method.mask_reserved(logits, RESERVED)
+    assert torch.isneginf(masked[:, RESERVED]).all() and torch.equal(masked[:, :BASE], logits[:, :BASE])
 
 
 # (a)3 -------------------------------------------------------------------------------------------
@@ -74,42 +91,43 @@ def _groups(n: int = 12, k: int = 4, seed: int = 0) -> method.CandidateGroups:
     return method.CandidateGroups(prefixes, lengths, candidates, teacher)
 
 
-def _train(model, head_weight_decay: float = 0.0) -> None:
-    method.train_s2t_local(model, _groups(), RESERVED, epochs=2, batch_groups=4, lr=1e-2, weight_decay=0.01,
-                           weights=method.LocalLossWeights(), seed=0, head_weight_decay=head_weight_decay)
+def _train(model) -> method.LocalTrainingLog:
+    return method.train_s2t_local(model, _groups(), RESERVED, epochs=2, batch_groups=4, lr=1e-2, weight_decay=0.01,
+                                  weights=method.LocalLossWeights(), seed=0)
 
 
-def test_local_training_leaves_non_reserved_rows_bitwise_unchanged():
+def frozen_rows_check() -> bool:
+    """(a)3: after S2T-Local training the non-reserved rows of lm_head are bitwise unchanged (and the bins and
+    the body did move, so the check is not passed by a training that does nothing)."""
     model = tiny_model()
     head = model.get_output_embeddings().weight
     before = head.detach().clone()
     body_before = model.transformer.h[0].mlp.c_fc.weight.detach().clone()
     _train(model)
-    keep = [i for i in range(BASE + N_BINS) if i not in RESERVED]
-    assert torch.equal(head.detach()[keep], before[keep])
-    assert not torch.equal(head.detach()[RESERVED], before[RESERVED])  # the bins did learn
-    assert not torch.equal(model.transformer.h[0].mlp.c_fc.weight, body_before)  # and the body
+    assert not torch.equal(head.detach()[RESERVED], before[RESERVED])
+    assert not torch.equal(model.transformer.h[0].mlp.c_fc.weight, body_before)
+    return method.frozen_rows_change(before, head.detach(), RESERVED) == 0.0
 
 
-def test_negative_control_weight_decay_on_lm_head_moves_frozen_rows():
-    model = tiny_model()
-    before = model.get_output_embeddings().weight.detach().clone()
-    _train(model, head_weight_decay=0.1)
-    keep = [i for i in range(BASE + N_BINS) if i not in RESERVED]
-    assert not torch.equal(model.get_output_embeddings().weight.detach()[keep], before[keep])
+def test_local_training_leaves_non_reserved_rows_bitwise_unchanged():
+    assert frozen_rows_check()
 
 
-def test_negative_control_without_the_gradient_hook_frozen_rows_move():
-    model = tiny_model()
-    before = model.get_output_embeddings().weight.detach().clone()
-    optimizer = method.local_optimizer(model, 1e-2, 0.0)
-    batch = _groups()
-    # Loss (iv) against a different network sends gradient to every row of lm_head; no hook stops it.
-    parts = method.local_step(model, tiny_model(seed=5), batch, RESERVED, method.LocalLossWeights(), 0)
-    parts["total"].backward()
-    optimizer.step()
-    keep = [i for i in range(BASE + N_BINS) if i not in RESERVED]
-    assert not torch.equal(model.get_output_embeddings().weight.detach()[keep], before[keep])
+def test_negative_control_weight_decay_on_lm_head_moves_frozen_rows(monkeypatch):
+    def decaying_head(model, lr, weight_decay):
+        return torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.1)
+
+    monkeypatch.setattr(method, "local_optimizer", decaying_head)
+    assert not frozen_rows_check()
+
+
+def test_negative_control_without_the_gradient_hook_frozen_rows_move(monkeypatch):
+    class NoHook:
+        def remove(self) -> None:
+            pass
+
+    monkeypatch.setattr(method, "restrict_output_rows", lambda model, reserved: NoHook())
+    assert not frozen_rows_check()
 
 
 def test_tied_lm_head_is_refused():
@@ -119,17 +137,27 @@ def test_tied_lm_head_is_refused():
 
 # (a)4 -------------------------------------------------------------------------------------------
 
-def test_s2t_equals_takeover_when_llm_argmax_is_a_candidate():
+def s2t_identity_check() -> bool:
+    """(a)4: at every trigger row where the LLM's full-vocabulary argmax is among the SLM's top-8, S2T emits the
+    Takeover token (decoded through ``method.act_at_trigger``, the decoder's action at a trigger)."""
     g = torch.Generator().manual_seed(1)
     slm, llm = torch.randn(64, BASE, generator=g), torch.randn(64, BASE, generator=g)
-    candidates = method.top_k_candidates(slm, 8)
-    mask = method.ids_to_mask(candidates, BASE)
-    s2t, takeover = method.s2t_select(llm, mask), method.takeover_select(llm)
-    inside = mask.gather(-1, takeover[:, None]).squeeze(-1)
+    prefixes = torch.zeros(64, 3, dtype=torch.long)
+    s2t = method.act_at_trigger(None, prefixes, slm, llm, method.DecodePolicy(action="s2t", k=8), RESERVED, 0)
+    takeover = method.act_at_trigger(None, prefixes, slm, llm, method.DecodePolicy(action="takeover"), RESERVED, 0)
+    inside = method.ids_to_mask(method.top_k_candidates(slm, 8), BASE).gather(-1, takeover[:, None]).squeeze(-1)
     assert inside.any() and (~inside).any()
-    assert torch.equal(s2t[inside], takeover[inside])
-    assert mask.gather(-1, s2t[:, None]).all()  # S2T always stays among the candidates
-    assert (s2t[~inside] != takeover[~inside]).all()  # outside: S2T differs from Takeover (control)
+    return bool(torch.equal(s2t[inside], takeover[inside]))
+
+
+def test_s2t_equals_takeover_when_llm_argmax_is_a_candidate():
+    assert s2t_identity_check()
+
+
+def test_negative_control_s2t_that_ignores_the_llm_fails_a4(monkeypatch):
+    # A broken S2T that emits the first candidate id instead of the LLM's best candidate.
+    monkeypatch.setattr(method, "s2t_select", lambda llm_logits, mask: mask.float().argmax(-1))
+    assert not s2t_identity_check()
 
 
 def test_s2t_picks_llm_best_candidate_exact_vector():
@@ -145,32 +173,48 @@ def test_ratio_candidates_exact():
 
 # (a)5 -------------------------------------------------------------------------------------------
 
-def test_no_trigger_in_warmup_steps():
+def warmup_check() -> bool:
+    """(a)5: with a threshold every score exceeds (and a random rate of 1), no trigger in the first 3 steps and a
+    trigger at every later step, for the KL, entropy and random triggers."""
     model, llm = tiny_model(0), tiny_model(1)
     prompts = torch.randint(0, BASE, (8, 5), generator=torch.Generator().manual_seed(0))
-    for trigger in ("kl", "entropy"):
-        policy = method.DecodePolicy(action="s2t", trigger=trigger, threshold=-1.0, warmup_steps=3)
-        trace = method.decode(model, prompts, 8, policy, llm=llm, reserved=RESERVED)
-        assert not trace.fired[:, :3].any() and trace.fired[:, 3:].all()
-    random = method.decode(model, prompts, 8, method.DecodePolicy(action="s2t", trigger="random", random_rate=1.0,
-                                                                   warmup_steps=3), llm=llm, reserved=RESERVED)
-    assert not random.fired[:, :3].any() and random.fired[:, 3:].all()
-    # Negative control: warm-up 0 fires at step 0.
-    none = method.decode(model, prompts, 8, method.DecodePolicy(action="s2t", trigger="kl", threshold=-1.0,
-                                                                 warmup_steps=0), llm=llm, reserved=RESERVED)
-    assert none.fired[:, 0].all()
+    policies = [method.DecodePolicy(action="s2t", trigger=t, threshold=-1.0, warmup_steps=3) for t in ("kl", "entropy")]
+    policies.append(method.DecodePolicy(action="s2t", trigger="random", random_rate=1.0, warmup_steps=3))
+    fired = [method.decode(model, prompts, 8, p, llm=llm, reserved=RESERVED).fired for p in policies]
+    return all(not f[:, :3].any() and bool(f[:, 3:].all()) for f in fired)
+
+
+def test_no_trigger_in_warmup_steps():
+    assert warmup_check()
+
+
+def test_negative_control_triggers_that_ignore_the_warmup_fail_a5(monkeypatch):
+    monkeypatch.setattr(method, "threshold_trigger", lambda scores, threshold, step, warmup: scores > threshold)
+    monkeypatch.setattr(method, "random_trigger",
+                        lambda batch, rate, step, warmup, generator: torch.rand(batch, generator=generator) < rate)
+    assert not warmup_check()
+
+
+def hit_at_k_check() -> bool:
+    """(a)5: hit@K is non-decreasing in K and hit@|V| = 1 (random logit pairs, 200 rows)."""
+    g = torch.Generator().manual_seed(2)
+    slm, llm = torch.randn(200, BASE, generator=g), torch.randn(200, BASE, generator=g)
+    rates = [h.float().mean().item() for h in method.hit_at_k(slm, llm, [1, 2, 4, 8, BASE]).values()]
+    return all(a <= b for a, b in zip(rates, rates[1:])) and rates[-1] == 1.0
 
 
 def test_hit_at_k_monotone_and_full_vocabulary_is_one():
+    assert hit_at_k_check()
     g = torch.Generator().manual_seed(2)
     slm, llm = torch.randn(200, BASE, generator=g), torch.randn(200, BASE, generator=g)
-    ks = [1, 2, 4, 8, BASE]
-    rates = [h.float().mean().item() for h in method.hit_at_k(slm, llm, ks).values()]
-    assert all(a <= b for a, b in zip(rates, rates[1:])) and rates[-1] == 1.0
-    assert rates[0] < 0.2  # random pairs: top-1 agreement near 1/14
-    # Negative control: ranking by the SLM's *lowest* logits breaks monotone coverage of the LLM's choice.
-    reversed_rates = [h.float().mean().item() for h in method.hit_at_k(-slm, slm, [1, 8]).values()]
-    assert reversed_rates == [0.0, 0.0]
+    assert method.hit_at_k(slm, llm, [1])[1].float().mean().item() < 0.2  # random pairs: near 1/14
+
+
+def test_negative_control_candidates_that_skip_the_slm_top1_fail_a5(monkeypatch):
+    # Off-by-one ranking: the top-k list starts at the SLM's second token, so hit@|V| < 1.
+    monkeypatch.setattr(method, "top_k_candidates", lambda logits, k: torch.cat(
+        [logits.topk(logits.shape[-1], dim=-1).indices[:, 1:], logits.argmax(-1, keepdim=True) * 0 - 1], -1)[:, :k])
+    assert not hit_at_k_check()
 
 
 def test_kl_and_entropy_on_support_exact():
@@ -198,24 +242,40 @@ def test_calibrated_threshold_fires_at_the_quantile_rate():
 
 # (a)6 -------------------------------------------------------------------------------------------
 
-def test_hinge_zero_at_margin_and_positive_below():
+def hinge_check() -> bool:
+    """(a)6: hinge = 0 when s_best - s_hardest negative >= 1, and 1 - gap below (hardest = the top other score)."""
     best = torch.tensor([0, 0])
     scores = torch.tensor([[1.0, 0.0, -0.5], [0.9, 0.0, 0.2]])
     hinge = method.hinge_loss(scores, best, 1.0)
-    assert hinge[0].item() == 0.0 and hinge[1].item() == pytest.approx(0.3)
-    # Negative control: taking the easiest negative (min) instead of the hardest gives 0 for row 1.
-    easiest = torch.clamp(1.0 - (scores[1, 0] - scores[1, 1:].min()), min=0.0)
-    assert easiest.item() == pytest.approx(0.1)
+    return hinge[0].item() == 0.0 and abs(hinge[1].item() - 0.3) < 1e-6
 
 
-def test_frozen_copy_kl_is_zero_at_initialisation_and_positive_after_a_change():
-    model = tiny_model()
-    groups = _groups()
-    frozen = tiny_model()
-    parts = method.local_step(model, frozen, groups, RESERVED, method.LocalLossWeights(), 0)
-    assert parts["frozen_kl"].item() == pytest.approx(0.0, abs=1e-7)
-    changed = tiny_model(seed=5)  # negative control: a different network is far from the frozen copy
-    assert method.local_step(changed, frozen, groups, RESERVED, method.LocalLossWeights(), 0)["frozen_kl"] > 1e-3
+def test_hinge_zero_at_margin_and_positive_below():
+    assert hinge_check()
+
+
+def test_negative_control_easiest_negative_fails_a6(monkeypatch):
+    monkeypatch.setattr(method, "hardest_negative",
+                        lambda scores, best: scores.scatter(-1, best[:, None], float("inf")).min(-1).values)
+    assert not hinge_check()
+
+
+def frozen_kl_at_init_check() -> bool:
+    """(a)6: the frozen-copy KL (iv) is 0 at the first step of S2T-Local training, and positive later (the body
+    moves away from the copy)."""
+    log = _train(tiny_model())
+    assert max(log.frozen_kl[1:]) > 0.0
+    return log.frozen_kl[0] == pytest.approx(0.0, abs=1e-7)
+
+
+def test_frozen_copy_kl_is_zero_at_initialisation():
+    assert frozen_kl_at_init_check()
+
+
+def test_negative_control_a_wrong_frozen_copy_fails_a6(monkeypatch):
+    # A "frozen copy" that is a freshly initialised network instead of the model at entry.
+    monkeypatch.setattr(method, "frozen_copy", lambda model: tiny_model(seed=5).requires_grad_(False))
+    assert not frozen_kl_at_init_check()
 
 
 def test_teacher_kl_zero_when_scores_match_teacher_log_probs():
