@@ -155,6 +155,10 @@ class OrderSensitivityConfig(ProfileConfig):
             raise ValueError("without 'hub', both 'data' and 'model' are required (the tiny GPT-2)")
         if self.hub is not None and any(part is not None for part in procedural):
             raise ValueError("'hub' (paper profile) excludes 'data' and 'model'")
+        if self.hub is not None and self.evaluation.batch_size != 1:
+            # The hub scorer reads one prompt at a time (no padding); a larger batch would be silently ignored.
+            raise ValueError(f"evaluation.batch_size: batched hub scoring is not implemented (prompts are scored "
+                             f"one at a time); set 1, got {self.evaluation.batch_size}")
         return self
 
 

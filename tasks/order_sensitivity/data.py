@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 import polars as pl
 
-from tasks.common.io import write_json, write_with
+from tasks.common.io import write_json, write_parquet
 from tasks.order_sensitivity.config import HubConfig, ProceduralDataConfig
 
 SPLITS = ("train", "val", "test", "dose")
@@ -156,7 +156,7 @@ def write_procedural(cfg: ProceduralDataConfig, seeds: tuple[int, ...], data_dir
     written = []
     for seed in seeds:
         frame = procedural_items(cfg, seed)
-        written.append(write_with(items_path(data_dir, seed), lambda tmp, f=frame: f.write_parquet(tmp)))
+        written.append(write_parquet(frame, items_path(data_dir, seed)))
         written.append(write_json(meta_path(data_dir, seed), {"seed": seed, "data": cfg.model_dump(mode="json")}))
     return written
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -22,13 +22,13 @@ from typing import Any
 import numpy as np
 import polars as pl
 import torch
-from safetensors.torch import save_file
 from scipy import optimize, stats
 from torch.nn import functional as F
 from transformers import GPT2Model
 
 from tasks.common import tiny_lm
-from tasks.common.io import write_with
+from tasks.common.io import save_state_dict, write_parquet
+from tasks.common.results import Progress, SeedResult
 from tasks.common.seeding import torch_init_seed
 from tasks.order_sensitivity import baselines, data, method
 from tasks.order_sensitivity.config import (
@@ -39,8 +39,6 @@ from tasks.order_sensitivity.config import (
     TinyModelConfig,
 )
 
-SeedResult = dict[str, Any]
-Progress = Callable[[float, str], None] | None
 HALLUCINATION_DEFINITION = "hallucination := answered AND (Control item OR wrong label)"
 
 
@@ -120,7 +118,7 @@ def training_pool(frame: pl.DataFrame, vocab: data.Vocabulary) -> TrainingPool:
 
 
 def train_model(model: torch.nn.Module, pool: TrainingPool, cfg: TinyModelConfig, seed: int,
-                progress: Progress = None) -> list[float]:
+                progress: Progress | None = None) -> list[float]:
     """AdamW on the label token's binary cross-entropy; warm-up then cosine decay. Returns the loss per step."""
     rng = np.random.default_rng([seed, 4_242])
     counts = sorted(pool.ids)
@@ -261,7 +259,13 @@ def hallucinated(answered: np.ndarray, decision: np.ndarray, scored: ScoredItems
 
 
 def rate_among_answered(events: np.ndarray, answered: np.ndarray) -> float:
-    return float(events.sum() / answered.sum()) if answered.any() else 0.0
+    """Share of answered items with ``events``; NaN when nothing is answered (a gate that abstains on every
+    item has no hallucination rate: NaN makes the claim inconclusive instead of a vacuous 0)."""
+    return float(events.sum() / answered.sum()) if answered.any() else math.nan
+
+
+def _mean_or_nan(values: np.ndarray) -> float:
+    return float(np.mean(values)) if values.size else math.nan
 
 
 def gate_metrics(scored: ScoredItems, ev: EvaluationConfig) -> tuple[dict[str, float], method.GatePlan]:
@@ -278,8 +282,9 @@ def gate_metrics(scored: ScoredItems, ev: EvaluationConfig) -> tuple[dict[str, f
         "gate_hallucination_answered": rate_among_answered(gated, plan.answer),
         "gate_abstention": abstention,
         "gate_accuracy_on_attempts": rate_among_answered(correct_attempts, plan.answer),
-        "gate_control_abstention": float(1.0 - plan.answer[scored.is_control].mean()),
+        "gate_control_abstention": _mean_or_nan(~plan.answer[scored.is_control]),
         "ungated_hallucination": float(hallucinated(everyone, identity_decision, scored).mean()),
+        "ungated_wrong_label_rate": _mean_or_nan((identity_decision != scored.label)[~scored.is_control]),
         "ungated_mixture_hallucination": float(hallucinated(everyone, plan.decision, scored).mean()),
         "confidence_gate_hallucination_answered": rate_among_answered(
             hallucinated(confident, plan.decision, scored), confident),
@@ -315,17 +320,35 @@ def gate_curve(scored: ScoredItems, plan: method.GatePlan) -> list[dict]:
     return rows
 
 
+def _spearman(x: np.ndarray, y: np.ndarray) -> float:
+    """Spearman rank correlation; NaN when either side is constant (no ranking to correlate)."""
+    if len(x) < 2 or np.ptp(x) == 0 or np.ptp(y) == 0:
+        return math.nan
+    return float(stats.spearmanr(x, y).statistic)
+
+
+def _ols_slope(x: np.ndarray, y: np.ndarray) -> float:
+    """OLS slope of y on x; NaN when x or y is constant (e.g. no hallucination at all: nothing can fall)."""
+    if len(x) < 2 or np.ptp(x) == 0 or np.ptp(y) == 0:
+        return math.nan
+    return method.least_squares_fit(x, y).slope
+
+
 def dose_metrics(scored: ScoredItems, ev: EvaluationConfig) -> tuple[dict[str, float], list[dict]]:
     """C6: Delta_bar and hallucination against the number d of supporting chunks (d = 0: a Control item).
 
     Hallucination here is the ungated model's (it answers its mixture label on every item), so the
-    OLS slope measures how hallucination falls as the information budget grows.
+    OLS slope measures how hallucination falls as the information budget grows. Two versions: over all
+    doses (the brief's statistic) and over the evidence items d >= 1 only. The all-dose version is nearly
+    fixed by construction: a d = 0 Control has no relevant chunk to mask, so its skeleton is its prompt and
+    Delta_bar = 0 exactly, and the ungated model hallucinates on it by definition; these points alone push
+    the Spearman above 0.5 and the slope below 0 whenever evidence items get any positive budget. The d >= 1
+    version (label 1 on every item, hallucination = answering 0) can fail.
     """
     plan = method.plan_answers(scored.q_full, scored.q_skeleton, ev.h_star, ev.clip, ev.clip_mode, ev.margin)
     ungated = hallucinated(np.ones_like(plan.answer), plan.decision, scored).astype(float)
     gated = hallucinated(plan.answer, plan.decision, scored).astype(float)
-    rho = stats.spearmanr(scored.dose, plan.delta_bar).statistic
-    ols = method.least_squares_fit(plan.delta_bar, ungated) if np.ptp(plan.delta_bar) > 0 else None
+    evidence = scored.dose >= 1
     per_dose = method.least_squares_fit(scored.dose.astype(float), plan.delta_bar)
     rows = []
     for d in sorted(set(scored.dose.tolist())):
@@ -334,8 +357,10 @@ def dose_metrics(scored: ScoredItems, ev: EvaluationConfig) -> tuple[dict[str, f
                      "ungated_hallucination": float(ungated[at].mean()), "gated_hallucination": float(gated[at].mean()),
                      "abstention": float(1 - plan.answer[at].mean()),
                      "accuracy": float(((plan.decision == scored.label) & ~scored.is_control)[at].mean())})
-    metrics = {"dose_spearman_delta": float(rho) if np.isfinite(rho) else 0.0,
-               "dose_ols_hallucination_per_nat": ols.slope if ols is not None else 0.0,
+    metrics = {"dose_spearman_delta": _spearman(scored.dose, plan.delta_bar),
+               "dose_ols_hallucination_per_nat": _ols_slope(plan.delta_bar, ungated),
+               "dose_spearman_delta_evidence": _spearman(scored.dose[evidence], plan.delta_bar[evidence]),
+               "dose_ols_hallucination_per_nat_evidence": _ols_slope(plan.delta_bar[evidence], ungated[evidence]),
                "dose_delta_per_dose": per_dose.slope,
                "dose_hallucination_drop_pp": 100.0 * (rows[0]["ungated_hallucination"]
                                                       - rows[-1]["ungated_hallucination"]),
@@ -390,20 +415,14 @@ def edfl_metrics(theory: TheoryConfig, seed: int) -> dict[str, float]:
 # One seed, end to end
 # ------------------------------------------------------------------------------------------------
 
-def save_weights(model: torch.nn.Module, path: Path) -> Path:
-    state = {name: tensor.detach().contiguous() for name, tensor in model.state_dict().items()}
-    return write_with(path, lambda tmp: save_file(state, str(tmp)))
-
-
-def procedural_scores(cfg: OrderSensitivityConfig, seed: int, data_dir: Path, model_dir: Path, device: str,
-                      progress: Progress) -> tuple[ScoredItems, ScoredItems, dict[str, float], dict]:
+def procedural_scores(cfg: OrderSensitivityConfig, frame: pl.DataFrame, seed: int, model_dir: Path, device: str,
+                      progress: Progress | None) -> tuple[ScoredItems, ScoredItems, dict[str, float], dict]:
     """Train the tiny GPT-2 once, calibrate its temperature on val, score the test and dose items."""
-    frame = data.read_procedural(cfg.data, data_dir, seed)
     vocab = data.vocabulary(cfg.data)
     model = build_model(cfg.model, cfg.data, seed)
     losses = train_model(model, training_pool(frame.filter(pl.col("split") == "train"), vocab), cfg.model, seed,
                          progress)
-    save_weights(model, Path(model_dir) / f"seed{seed}" / "chunk_gpt2.safetensors")
+    save_state_dict(model, Path(model_dir) / f"seed{seed}" / "chunk_gpt2.safetensors")
     model.to(device)
     val = frame.filter((pl.col("split") == "val") & ~pl.col("is_control"))
     val_gaps = np.concatenate([score_gaps(model, data.render_ids(a.chunk_tokens, a.claim_tokens),
@@ -426,19 +445,27 @@ def procedural_scores(cfg: OrderSensitivityConfig, seed: int, data_dir: Path, mo
 
 
 def run_seed(cfg: OrderSensitivityConfig, seed: int, data_dir: Path, model_dir: Path, device: str = "cpu",
-             progress: Progress = None) -> SeedResult:
-    """Every measurement of one seed; the model is trained (or loaded) once and reused for every claim."""
+             progress: Progress | None = None) -> SeedResult:
+    """Every measurement of one seed; the model is trained (or loaded) once and reused for every claim.
+
+    The seed's items are read and validated against the config first, so stale or missing data fails
+    with the key named before any compute.
+    """
     timings: dict[str, float] = {}
     start = time.perf_counter()
+    if cfg.hub is not None:
+        from tasks.order_sensitivity import hub
+
+        frame = hub.read_hub_items(cfg, seed, Path(data_dir))
+    else:
+        frame = data.read_procedural(cfg.data, Path(data_dir), seed)
     qmv, qmv_rows = qmv_metrics(cfg.theory, seed)
     metrics: dict[str, float] = qmv | edfl_metrics(cfg.theory, seed)
     timings["theory"] = time.perf_counter() - start
     if cfg.hub is not None:
-        from tasks.order_sensitivity import hub
-
-        test, dose, extra, curves = hub.hub_scores(cfg, seed, Path(data_dir), device, progress)
+        test, dose, extra, curves = hub.hub_scores(cfg, frame, seed, device, progress)
     else:
-        test, dose, extra, curves = procedural_scores(cfg, seed, Path(data_dir), Path(model_dir), device, progress)
+        test, dose, extra, curves = procedural_scores(cfg, frame, seed, Path(model_dir), device, progress)
     timings["model"] = time.perf_counter() - start - sum(timings.values())
     rng = np.random.default_rng([seed, 5_005])
     dispersion, dispersion_rows = dispersion_metrics(test, cfg.evaluation, rng)
@@ -466,5 +493,5 @@ def write_data(cfg: OrderSensitivityConfig, seeds: tuple[int, ...], data_dir: Pa
     written = []
     for seed in seeds:
         frame = data.load_hub_items(cfg.hub, seed)
-        written.append(write_with(data.hub_items_path(data_dir, seed), lambda tmp, f=frame: f.write_parquet(tmp)))
+        written.append(write_parquet(frame, data.hub_items_path(data_dir, seed)))
     return written

@@ -11,17 +11,12 @@ from typing import Any
 import numpy as np
 import polars as pl
 
-from tasks.common.figures import new_figure, save_figure
-from tasks.common.io import write_with
+from tasks.common.figures import new_figure, save_figure, write_plot_csv
 from tasks.order_sensitivity.experiment import HALLUCINATION_DEFINITION
 
 
 def _rows(results: Sequence[Mapping[str, Any]], table: str) -> pl.DataFrame:
     return pl.DataFrame([row | {"seed": r["seed"]} for r in results for row in r["tables"].get(table, [])])
-
-
-def _write_csv(frame: pl.DataFrame, path: Path) -> Path:
-    return write_with(path, lambda tmp: frame.write_csv(tmp))
 
 
 def dispersion_figure(results: Sequence[Mapping[str, Any]], frame: pl.DataFrame, path: Path) -> Path:
@@ -93,12 +88,12 @@ def make_figures(config: Any, results: list[dict], figures_dir: Path, plots_dir:
     made = []
     dispersion = _rows(results, "dispersion_vs_n")
     made.append(dispersion_figure(results, dispersion, figures_dir / "dispersion_vs_n.png"))
-    made.append(_write_csv(dispersion, plots_dir / "dispersion_vs_n.csv"))
+    made.append(write_plot_csv(dispersion.to_dicts(), plots_dir / "dispersion_vs_n.csv"))
     gate = _rows(results, "gate_curve")
     made.append(gate_figure(results, gate, figures_dir / "gate_hallucination_vs_abstention.png"))
-    made.append(_write_csv(gate, plots_dir / "gate_hallucination_vs_abstention.csv"))
+    made.append(write_plot_csv(gate.to_dicts(), plots_dir / "gate_hallucination_vs_abstention.csv"))
     dose = _rows(results, "dose_response")
     if dose.height:
         made.append(dose_figure(dose, figures_dir / "dose_response.png"))
-        made.append(_write_csv(dose, plots_dir / "dose_response.csv"))
+        made.append(write_plot_csv(dose.to_dicts(), plots_dir / "dose_response.csv"))
     return made

@@ -7,7 +7,6 @@ Tested only with local stand-ins (a tiny random GPT-2 and a word-level tokenizer
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +14,7 @@ import numpy as np
 import polars as pl
 import torch
 
+from tasks.common.results import Progress
 from tasks.order_sensitivity import data
 from tasks.order_sensitivity.config import OrderSensitivityConfig
 
@@ -67,7 +67,7 @@ def dose_items(frame: pl.DataFrame, rng: np.random.Generator) -> pl.DataFrame:
 
 
 def score_items(model, tokenizer, frame: pl.DataFrame, permutations: int, skeletons: int, rng: np.random.Generator,
-                device: str, progress: Callable[[float, str], None] | None = None):
+                device: str, progress: Progress | None = None):
     from tasks.order_sensitivity.experiment import ScoredItems
 
     q_full, q_skeleton, q_identity = [], [], []
@@ -87,8 +87,8 @@ def score_items(model, tokenizer, frame: pl.DataFrame, permutations: int, skelet
                        frame["is_control"].to_numpy(), frame["n_chunks"].to_numpy(), dose)
 
 
-def hub_scores(cfg: OrderSensitivityConfig, seed: int, data_dir: Path, device: str,
-               progress: Callable[[float, str], None] | None) -> tuple[Any, Any, dict[str, float], dict]:
+def read_hub_items(cfg: OrderSensitivityConfig, seed: int, data_dir: Path) -> pl.DataFrame:
+    """The seed's real evidence items, checked against the config before any model is loaded."""
     path = data.hub_items_path(data_dir, seed)
     if not path.is_file():
         raise FileNotFoundError(f"order_sensitivity.hub: {path} is missing; run the data phase first")
@@ -97,6 +97,11 @@ def hub_scores(cfg: OrderSensitivityConfig, seed: int, data_dir: Path, device: s
     if frame.height > expected:
         raise ValueError(f"order_sensitivity.hub.items_per_source: {path} holds {frame.height} items, more than "
                          f"2 x {cfg.hub.items_per_source}; rerun the data phase")
+    return frame
+
+
+def hub_scores(cfg: OrderSensitivityConfig, frame: pl.DataFrame, seed: int, device: str,
+               progress: Progress | None) -> tuple[Any, Any, dict[str, float], dict]:
     model, tokenizer = data.load_hub_model(cfg.hub.model, cfg.hub.dtype, cfg.hub.load_in_4bit)
     if not cfg.hub.load_in_4bit:
         model.to(device)

@@ -156,6 +156,15 @@ def label_probability(q_one: np.ndarray, label: np.ndarray) -> np.ndarray:
     return np.where(label == 1, q_one, 1.0 - q_one)
 
 
+def paired_label_probabilities(q_full: np.ndarray, q_skeleton: np.ndarray, decision: np.ndarray
+                               ) -> tuple[np.ndarray, np.ndarray]:
+    """(P_k(y), S_k(y)) for k = 1..K: skeleton k is paired with the full prompt in the *same* order k
+    [project choice], both read at the label y = ``decision``; clipped away from 0 and 1 for the logs."""
+    k = q_skeleton.shape[1]
+    return (_clip_prob(label_probability(q_full[:, :k], decision)),
+            _clip_prob(label_probability(q_skeleton, decision)))
+
+
 @dataclass(frozen=True)
 class GatePlan:
     """Per-item outputs of Algorithm 1 (arrays of length n_items)."""
@@ -186,8 +195,7 @@ def plan_answers(q_full: np.ndarray, q_skeleton: np.ndarray, h_star: float, clip
     if not 1 <= k <= q_full.shape[1]:
         raise ValueError(f"need 1 <= skeletons ({k}) <= permutations ({q_full.shape[1]})")
     decision = (q_full.mean(axis=1) >= 0.5).astype(int)
-    posterior = _clip_prob(label_probability(q_full[:, :k], decision))
-    priors = _clip_prob(label_probability(q_skeleton, decision))
+    posterior, priors = paired_label_probabilities(q_full, q_skeleton, decision)
     delta_bar = information_budget(np.log(posterior), np.log(priors), clip, mode)
     q_lo, q_prior = priors.min(axis=1), priors.mean(axis=1)
     b2t = bits_to_trust(q_lo, h_star)
@@ -311,10 +319,14 @@ def qmv_regular_decay_bound(c_total: float, n: int, alpha: float) -> float:
     return 0.25 * c_total * float(np.sum(np.arange(1, n, dtype=float) ** -alpha))
 
 
+def harmonic_number(n: int) -> float:
+    """H_n = sum_{t=1}^{n} 1/t (H_0 = 0)."""
+    return float(np.sum(1.0 / np.arange(1, n + 1)))
+
+
 def official_martingale_bound(n: int, lipschitz: float = 1.0, c: float = 1.0) -> float:
     """The official code's first-order dispersion bound (L C / 8)(H_n - 1.5)."""
-    harmonic = float(np.sum(1.0 / np.arange(1, n + 1)))
-    return lipschitz * c / 8.0 * (harmonic - 1.5)
+    return lipschitz * c / 8.0 * (harmonic_number(n) - 1.5)
 
 
 def random_ranks(n: int, n_perms: int, rng: np.random.Generator) -> np.ndarray:
@@ -343,13 +355,18 @@ def key_chunk_dispersion(n: int, scale: float = -0.5) -> float:
 # EDFL (Theorem 5)
 # ------------------------------------------------------------------------------------------------
 
+def expected_divergence(posterior: np.ndarray, priors: np.ndarray) -> float:
+    """Theorem 5's Delta_bar = E_k KL(P || S_k): the mean over the m priors (rows of ``priors``)."""
+    return float(categorical_kl(np.asarray(posterior, float)[None, :], np.atleast_2d(priors)).mean())
+
+
 def edfl_slack(posterior: np.ndarray, priors: np.ndarray, event: np.ndarray) -> float:
     """Delta_bar - KL(Ber(p) || Ber(q_bar)) with Delta_bar = mean_k KL(P || S_k), p = P(A), q_bar = mean_k S_k(A).
 
     Theorem 5 says this is >= 0 (data processing for each k, then convexity of KL in its second argument).
     """
     posterior, priors, event = np.asarray(posterior, float), np.atleast_2d(priors), np.asarray(event, bool)
-    delta_bar = float(categorical_kl(posterior[None, :], priors).mean())
+    delta_bar = expected_divergence(posterior, priors)
     p, q_bar = posterior[event].sum(), priors[:, event].sum(axis=1).mean()
     return delta_bar - float(bernoulli_kl(min(p, 1.0), q_bar))
 

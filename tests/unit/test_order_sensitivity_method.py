@@ -16,16 +16,29 @@ B2T_VECTOR = [(0.02, 3.519), (0.10, 1.994), (0.30, 0.963)]
 SWAPPED_VECTOR = [2.839, 2.376, 1.502]
 
 
+def check_b2t_vector() -> np.ndarray:
+    q_lo = np.array([q for q, _ in B2T_VECTOR])
+    b2t = method.bits_to_trust(q_lo, H_STAR)
+    np.testing.assert_allclose(b2t, [b for _, b in B2T_VECTOR], atol=1e-3)
+    return b2t
+
+
 def test_b2t_matches_the_brief_vector():
-    q_lo = np.array([q for q, _ in B2T_VECTOR])
-    np.testing.assert_allclose(method.bits_to_trust(q_lo, H_STAR), [b for _, b in B2T_VECTOR], atol=1e-3)
+    check_b2t_vector()
 
 
-def test_b2t_negative_control_swapped_arguments_fail():
+def _swap_kl_arguments(monkeypatch):
+    """Break the library: every Bernoulli KL is computed as KL(Ber(q) || Ber(p))."""
+    original = method.bernoulli_kl
+    monkeypatch.setattr(method, "bernoulli_kl", lambda p, q: original(q, p))
+
+
+def test_b2t_negative_control_swapped_arguments_fail(monkeypatch):
+    _swap_kl_arguments(monkeypatch)
     q_lo = np.array([q for q, _ in B2T_VECTOR])
-    swapped = method.bernoulli_kl(q_lo, 1 - H_STAR)
-    np.testing.assert_allclose(swapped, SWAPPED_VECTOR, atol=1e-3)
-    assert not np.allclose(swapped, [b for _, b in B2T_VECTOR], atol=1e-3)
+    np.testing.assert_allclose(method.bits_to_trust(q_lo, H_STAR), SWAPPED_VECTOR, atol=1e-3)  # brief's numbers
+    with pytest.raises(AssertionError):
+        check_b2t_vector()
 
 
 def test_b2t_rejects_bad_h_star():
@@ -35,11 +48,18 @@ def test_b2t_rejects_bad_h_star():
 
 # (a)2 p_max / RoH -------------------------------------------------------------------------------
 
+P_MAX_DELTAS = np.array([0.5, 1.0, 2.0, 3.0])
+P_MAX_VECTOR = np.array([0.495, 0.689, 0.951, 1.000])
+
+
+def check_p_max_vector() -> None:
+    np.testing.assert_allclose(method.p_max(P_MAX_DELTAS, 0.10), P_MAX_VECTOR, atol=1e-3)
+    np.testing.assert_allclose(method.risk_of_hallucination(P_MAX_DELTAS, 0.10), 1 - P_MAX_VECTOR, atol=1e-3)
+
+
 def test_p_max_matches_the_brief_vector_and_roh_is_its_complement():
-    deltas = np.array([0.5, 1.0, 2.0, 3.0])
-    expected = np.array([0.495, 0.689, 0.951, 1.000])
-    np.testing.assert_allclose(method.p_max(deltas, 0.10), expected, atol=1e-3)
-    np.testing.assert_allclose(method.risk_of_hallucination(deltas, 0.10), 1 - expected, atol=1e-3)
+    check_p_max_vector()
+    deltas = P_MAX_DELTAS
     # Delta = 3 > KL(Ber(1) || Ber(0.1)) = ln 10: the whole budget fits, p_max is exactly 1.
     assert method.bernoulli_kl(1.0, 0.1) == pytest.approx(np.log(10))
     assert method.p_max(3.0, 0.1) == 1.0
@@ -47,11 +67,11 @@ def test_p_max_matches_the_brief_vector_and_roh_is_its_complement():
     np.testing.assert_allclose(method.bernoulli_kl(method.p_max(deltas[:3], 0.1), 0.1), deltas[:3], atol=1e-9)
 
 
-def test_p_max_negative_control_wrong_kl_direction_fails():
-    """Inverting KL(Ber(q_bar) || Ber(p)) instead of KL(Ber(p) || Ber(q_bar)) gives other numbers."""
-    grid = np.linspace(0.1, 1 - 1e-9, 200_001)
-    wrong = [grid[method.bernoulli_kl(0.1, grid) <= d].max() for d in (0.5, 1.0, 2.0)]
-    assert not np.allclose(wrong, [0.495, 0.689, 0.951], atol=1e-3)
+def test_p_max_negative_control_wrong_kl_direction_fails(monkeypatch):
+    """The library inverting KL(Ber(q_bar) || Ber(p)) instead of KL(Ber(p) || Ber(q_bar)) misses the vector."""
+    _swap_kl_arguments(monkeypatch)
+    with pytest.raises(AssertionError):
+        check_p_max_vector()
 
 
 # (a)3 EDFL --------------------------------------------------------------------------------------
@@ -63,22 +83,22 @@ def _edfl_draw(rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray, np.nda
     return rng.dirichlet(np.ones(support)), rng.dirichlet(np.ones(support), size=m), event
 
 
-def test_edfl_holds_on_10k_random_categorical_draws():
+def check_edfl_on_random_draws(draws: int = 10_000) -> None:
     rng = np.random.default_rng(0)
-    slacks = [method.edfl_slack(*_edfl_draw(rng)) for _ in range(10_000)]
+    slacks = [method.edfl_slack(*_edfl_draw(rng)) for _ in range(draws)]
     assert min(slacks) >= -1e-12
 
 
-def test_edfl_negative_control_min_over_priors_violates_the_bound():
-    """Replacing the mean over k by min_k KL(P || S_k) must break the inequality on some draws."""
-    rng = np.random.default_rng(0)
-    violations = 0
-    for _ in range(10_000):
-        posterior, priors, event = _edfl_draw(rng)
-        smallest = method.categorical_kl(posterior[None], priors).min()
-        q_bar = priors[:, event].sum(axis=1).mean()
-        violations += smallest < method.bernoulli_kl(posterior[event].sum(), q_bar) - 1e-12
-    assert violations > 0
+def test_edfl_holds_on_10k_random_categorical_draws():
+    check_edfl_on_random_draws()
+
+
+def test_edfl_negative_control_min_over_priors_violates_the_bound(monkeypatch):
+    """The library taking min_k KL(P || S_k) instead of the mean over k must break the inequality."""
+    monkeypatch.setattr(method, "expected_divergence",
+                        lambda posterior, priors: float(method.categorical_kl(posterior[None], priors).min()))
+    with pytest.raises(AssertionError):
+        check_edfl_on_random_draws()
 
 
 def test_edfl_is_an_equality_for_the_exponential_tilt():
@@ -99,12 +119,7 @@ def test_edfl_is_an_equality_for_the_exponential_tilt():
 
 # (a)4 QMV on the harmonic first-order model -------------------------------------------------------
 
-def _tail_increment_bound(weights: np.ndarray, phi: np.ndarray) -> float:
-    """A deliberately broken bound: every chunk's own weight times the *last* (smallest) increment."""
-    return 0.25 * float(np.abs(weights).sum()) * abs(phi[-1] - phi[-2])
-
-
-def test_qmv_chain_holds_by_monte_carlo_for_n_3_to_32():
+def check_qmv_chain() -> None:
     rng = np.random.default_rng(0)
     for n in range(3, 33):
         weights, phi = rng.dirichlet(np.ones(n)), method.harmonic_phi(n, 1.0)
@@ -113,17 +128,21 @@ def test_qmv_chain_holds_by_monte_carlo_for_n_3_to_32():
         assert abs_residual <= pair <= bound, n
 
 
-def test_qmv_negative_control_tail_increment_bound_fails():
-    rng = np.random.default_rng(0)
-    failures = 0
-    for n in range(3, 33):
-        weights, phi = rng.dirichlet(np.ones(n)), method.harmonic_phi(n, 1.0)
-        _, pair = method.first_order_dispersion_mc(weights, phi, 2000, rng)
-        failures += pair > _tail_increment_bound(weights, phi)
-    assert failures >= 15
+def test_qmv_chain_holds_by_monte_carlo_for_n_3_to_32():
+    check_qmv_chain()
 
 
-def test_first_order_increments_are_the_adjacent_transposition_sup():
+def test_qmv_negative_control_reused_permutations_fail(monkeypatch):
+    """The library drawing the second permutation of each E_pair pair with the same stream as the first
+    (a seeding bug: q_pi' = q_pi) gives E_pair = 0 < E|R|, so the chain must fail. The bound side is loose on
+    these draws (4-300x E_pair), so its exactness is tested through the increments below."""
+    original = method.random_ranks
+    monkeypatch.setattr(method, "random_ranks", lambda n, n_perms, rng: original(n, n_perms, np.random.default_rng(0)))
+    with pytest.raises(AssertionError):
+        check_qmv_chain()
+
+
+def check_increments_are_the_sup() -> None:
     """Delta_{i,t} equals the largest logit change over every ranking that moves chunk i from t to t+1."""
     rng = np.random.default_rng(2)
     n = 5
@@ -133,6 +152,22 @@ def test_first_order_increments_are_the_adjacent_transposition_sup():
         for t in range(1, n):
             changes = [abs((weights[i] - weights[j]) * (phi[t] - phi[t - 1])) for j in range(n) if j != i]
             assert increments[i, t - 1] == pytest.approx(max(changes))
+
+
+def test_first_order_increments_are_the_adjacent_transposition_sup():
+    check_increments_are_the_sup()
+
+
+def test_increments_negative_control_inf_over_neighbours_fails(monkeypatch):
+    """The library taking min_j |w_i - w_j| (inf instead of sup over the chunk at t+1) fails the check."""
+    def inf_over_neighbours(weights, phi):
+        gaps = np.abs(weights[:, None] - weights[None, :])
+        np.fill_diagonal(gaps, np.inf)
+        return gaps.min(axis=1)[:, None] * np.abs(np.diff(phi))[None, :]
+
+    monkeypatch.setattr(method, "first_order_increments", inf_over_neighbours)
+    with pytest.raises(AssertionError):
+        check_increments_are_the_sup()
 
 
 def test_equal_weights_give_zero_dispersion_and_unequal_weights_do_not():
@@ -160,7 +195,7 @@ def test_harmonic_closed_form_is_log_n_and_bounds_the_regular_decay_sum():
 TEST_N = [3, 4, 6, 8, 12, 16, 24, 32]
 
 
-def test_key_chunk_dispersion_vector_and_log_shape():
+def check_key_chunk_vector() -> None:
     values = [method.key_chunk_dispersion(n) for n in TEST_N]
     assert values[0] == pytest.approx(0.04945, abs=1e-5)
     assert values[-1] == pytest.approx(0.07982, abs=1e-5)
@@ -171,7 +206,18 @@ def test_key_chunk_dispersion_vector_and_log_shape():
     assert linear_fit.r2 == pytest.approx(0.777, abs=2e-3)
 
 
-def test_key_chunk_negative_control_dirichlet_weights_shrink_with_n():
+def test_key_chunk_dispersion_vector_and_log_shape():
+    check_key_chunk_vector()
+
+
+def test_key_chunk_negative_control_linear_phi_fails(monkeypatch):
+    """The library using phi(r) = C r (no log) instead of C ln r misses the brief's vector."""
+    monkeypatch.setattr(method, "harmonic_phi", lambda n, scale: scale * np.arange(1, n + 1, dtype=float))
+    with pytest.raises(AssertionError):
+        check_key_chunk_vector()
+
+
+def test_dirichlet_weights_over_all_chunks_shrink_dispersion_with_n():
     """With Dirichlet weights over all n chunks the dispersion shrinks with n: growth needs the key chunk."""
     rng = np.random.default_rng(4)
     means = []
@@ -193,23 +239,50 @@ def test_log_fit_recovers_an_exact_law():
 
 # (a)6 the official code's bound -------------------------------------------------------------------
 
-def test_official_martingale_bound_vector():
+def check_official_bound_vector() -> None:
     assert method.official_martingale_bound(4) == pytest.approx(0.07292, abs=1e-5)
     assert method.official_martingale_bound(8) == pytest.approx(0.15223, abs=1e-5)
-    # Negative control: H_{n-1} instead of H_n misses the vector.
-    assert method.official_martingale_bound(3) != pytest.approx(0.07292, abs=1e-5)
+
+
+def test_official_martingale_bound_vector():
+    check_official_bound_vector()
+
+
+def test_official_bound_negative_control_off_by_one_harmonic_fails(monkeypatch):
+    """The library using H_{n-1} instead of H_n misses the vector."""
+    original = method.harmonic_number
+    monkeypatch.setattr(method, "harmonic_number", lambda n: original(n - 1))
+    with pytest.raises(AssertionError):
+        check_official_bound_vector()
 
 
 # (a)7 wiring control of the planner -----------------------------------------------------------------
 
-def test_skeletons_equal_to_the_prompt_give_zero_budget_and_abstain_everywhere():
+def check_wiring_control() -> None:
     rng = np.random.default_rng(5)
     q_full = rng.uniform(0.01, 0.99, size=(200, 16))
     plan = method.plan_answers(q_full, q_full[:, :6], H_STAR, 6.0, "symmetric")
     assert np.all(plan.delta_bar == 0.0) and np.all(plan.isr == 0.0) and not plan.answer.any()
 
 
-def test_wiring_negative_control_uninformative_skeletons_let_confident_items_answer():
+def test_skeletons_equal_to_the_prompt_give_zero_budget_and_abstain_everywhere():
+    check_wiring_control()
+
+
+def test_wiring_negative_control_misaligned_skeleton_pairing_fails(monkeypatch):
+    """The library pairing skeleton k with full-prompt permutation k + 1 (an off-by-one in the pairing)
+    gives u_k != 0, so the wiring check must fail."""
+    original = method.paired_label_probabilities
+
+    def shifted(q_full, q_skeleton, decision):
+        return original(np.roll(q_full, -1, axis=1), q_skeleton, decision)
+
+    monkeypatch.setattr(method, "paired_label_probabilities", shifted)
+    with pytest.raises(AssertionError):
+        check_wiring_control()
+
+
+def test_uninformative_skeletons_let_confident_items_answer():
     q_full = np.full((4, 16), 0.995)
     plan = method.plan_answers(q_full, np.full((4, 6), 0.5), H_STAR, 6.0, "symmetric")
     # u = ln(0.995 / 0.5) = 0.688 >= B2T(0.5) = 0.495: every item answers with label 1.
