@@ -34,8 +34,10 @@ def direct(profile: str, seeds: list[int], root: Path) -> float:
     spec = resolve_run("arm_ebm", profile, seeds, REPO / "params.yaml")
     start = time.perf_counter()
     experiment.write_data(spec.config, spec.seeds, root / "data")
-    from flows.arm_ebm import WORKERS  # the same parallelism as the flow
-    from tasks.common.paper_flow import torch_threads_per_worker
+    from tasks.common.paper_flow import (
+        WORKERS,  # the same parallelism as the flow
+        torch_threads_per_worker,
+    )
 
     torch.set_num_threads(torch_threads_per_worker(min(WORKERS, len(seeds))))
     with ThreadPoolExecutor(max_workers=WORKERS) as pool:

@@ -1,9 +1,17 @@
 """Flow of multi_model_curation: data phase, then seeds on the task runner, then claims and figures."""
 
-from tasks.common.paper_flow import paper_flow
+from prefect import flow
 
-multi_model_curation = paper_flow(
-    "multi_model_curation",
-    "multi_model_curation: When and How Human Curation Backfires (multi-model self-consuming loop)",
-    "N generators refit on each other's Bradley-Terry-curated outputs: fixed points, alignment, influence.")
+from tasks.common.paper_flow import Phase, flow_options, run_paper
+
+SLUG = "multi_model_curation"
+TITLE = "multi_model_curation: When and How Human Curation Backfires (multi-model self-consuming loop)"
+
+
+@flow(**flow_options(SLUG))
+def multi_model_curation(profile: str | None = None, seeds: list[int] | None = None, phase: Phase = "all") -> dict:
+    """N generators refit on each other's Bradley-Terry-curated outputs: fixed points, alignment, influence."""
+    return run_paper(SLUG, TITLE, profile, seeds, phase)
+
+
 FLOW = multi_model_curation

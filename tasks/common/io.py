@@ -70,6 +70,23 @@ def write_dir_with(directory: str | Path, writer: Callable[[Path], None]) -> Pat
     return directory
 
 
+def remove_partials(directory: str | Path) -> list[Path]:
+    """Delete the temporary siblings (``.<name>.<random>.partial``) that a killed writer left behind.
+
+    A SIGKILL cannot run the ``finally`` that removes them; the final paths are never half-written,
+    so the debris is only ever temp files, cleared by the next run before it writes anything."""
+    directory = Path(directory)
+    if not directory.is_dir():
+        return []
+    stale = sorted(p for p in directory.rglob(f".*{TMP_SUFFIX}") if p.name.startswith("."))
+    for path in stale:
+        if path.is_dir():
+            shutil.rmtree(path, ignore_errors=True)
+        else:
+            path.unlink(missing_ok=True)
+    return stale
+
+
 def write_parquet(frame: Any, path: str | Path) -> Path:
     """A polars DataFrame as an atomic parquet file."""
     return write_with(path, lambda tmp: frame.write_parquet(tmp))

@@ -30,7 +30,7 @@ from prefect.futures import as_completed
 
 from tasks.common.devices import pick_device
 from tasks.common.env import configure, repo_root
-from tasks.common.io import write_json
+from tasks.common.io import remove_partials, write_json
 from tasks.common.params import RunSpec, resolve_run
 from tasks.common.provenance import hash_files
 from tasks.common.steps import PaperPaths, log_seed_run, paper_paths, parent_run, publish_claims
@@ -41,6 +41,9 @@ Phase = Literal["data", "run", "all"]
 COMMON_SEED_CODE = ("tiny_lm", "seeding", "params", "io", "devices")
 # Files of a paper folder that only draw or describe results.
 PRESENTATION_FILES = ("figures.py",)
+# Seeds run at once on the thread runner. Three even on 2 cores: each seed computes with one torch
+# thread, and a third worker beats leaving a core idle while the last seed runs alone.
+WORKERS = 3
 
 
 def paper_module(slug: str, name: str) -> ModuleType:
@@ -128,11 +131,14 @@ def run_all_seeds(spec: RunSpec, paths: PaperPaths, device: str, code_version: s
 
 
 def run_paper(slug: str, title: str, profile: str | None, seeds: Sequence[int] | None, phase: Phase,
-              workers: int) -> dict:
+              workers: int = WORKERS) -> dict:
     """The paper's flow body: data phase, then seeds, MLflow child runs, figures and claims."""
     spec = resolve_run(slug, profile, seeds)
     configure(spec.profile)
     paths = paper_paths(slug)
+    # Temp files of a run killed mid-write (never a final output) are cleared before anything is written.
+    for folder in (paths.data, paths.models, paths.reports):
+        remove_partials(folder)
     if phase in ("data", "all"):
         prepare_data(slug, spec, str(paths.data))
     if phase == "data":
@@ -152,19 +158,10 @@ def run_paper(slug: str, title: str, profile: str | None, seeds: Sequence[int] |
     return {"phase": phase, "parent_run_id": parent_id, "verdicts": {r["id"]: r["verdict"] for r in rows}}
 
 
-def paper_flow(slug: str, title: str, description: str, workers: int = 3) -> Any:
-    """The Prefect flow of one paper: named after it, parameters (profile, seeds, phase).
-
-    ``workers`` seeds run at once on the default thread runner (``--runner dask`` replaces it). Three
-    even on 2 cores: each seed trains with one torch thread, and a third worker beats leaving a core
-    idle while the last seed runs alone.
-    """
-    from prefect import flow
+def flow_options(slug: str, workers: int = WORKERS) -> dict[str, Any]:
+    """The ``@flow`` options of a paper's flow: named after the paper, seeds on a thread pool
+    (``--runner dask`` replaces it). Each ``flows/<slug>.py`` defines its own flow function, so
+    that Prefect's deployments find it at ``flows/<slug>.py:<slug>``."""
     from prefect.task_runners import ThreadPoolTaskRunner
 
-    def run(profile: str | None = None, seeds: list[int] | None = None, phase: Phase = "all") -> dict:
-        return run_paper(slug, title, profile, seeds, phase, workers)
-
-    run.__name__ = run.__qualname__ = slug
-    run.__doc__ = description
-    return flow(name=slug, description=description, task_runner=ThreadPoolTaskRunner(max_workers=workers))(run)
+    return {"name": slug, "task_runner": ThreadPoolTaskRunner(max_workers=workers)}

@@ -69,3 +69,21 @@ def test_state_dict_round_trip(tmp_path):
     assert torch.equal(source.weight, target.weight) and torch.equal(source.bias, target.bias)
     with pytest.raises(RuntimeError):
         load_state_dict(torch.nn.Linear(3, 4), path)
+
+
+def test_remove_partials_clears_only_temp_siblings(tmp_path):
+    from tasks.common.io import remove_partials
+
+    (tmp_path / "seed0").mkdir()
+    keep = [tmp_path / "seed0" / "result.json", tmp_path / "final.partial"]  # not a temp sibling name
+    for path in keep:
+        path.write_text("{}")
+    stale_file = tmp_path / "seed0" / ".result.json.ab12cd.partial"
+    stale_file.write_text("{half")
+    stale_dir = tmp_path / ".gpt2_arm.xy34.partial"
+    stale_dir.mkdir()
+    (stale_dir / "model.safetensors").write_bytes(b"half")
+    removed = remove_partials(tmp_path)
+    assert sorted(removed) == sorted([stale_file, stale_dir])
+    assert all(p.exists() for p in keep) and not stale_file.exists() and not stale_dir.exists()
+    assert remove_partials(tmp_path / "missing") == []
