@@ -22,6 +22,8 @@ reproduce: install
 	repro server start
 	PREFECT_API_URL=http://127.0.0.1:$(PREFECT_PORT)/api dvc repro
 	@echo
+	repro diff HEAD
+	@echo
 	@echo "Report:     $(CURDIR)/reports/index.md  (with figures: reports/index.html)"
 	@echo "Prefect UI: http://127.0.0.1:$(PREFECT_PORT)  (server left running; 'repro server stop' stops it)"
 	@echo "MLflow UI:  run 'repro ui', then open http://127.0.0.1:5000"

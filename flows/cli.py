@@ -38,6 +38,17 @@ def cmd_report(_: argparse.Namespace) -> int:
     return main()
 
 
+def cmd_diff(args: argparse.Namespace) -> int:
+    from flows.registry import papers
+    from tasks.common.compare import diff_paper, format_diff
+
+    reports = repo_root() / "reports"
+    diffs = [diff_paper(slug, args.rev, reports) for slug in (args.slugs or papers())]
+    print(format_diff(diffs, args.rev), end="")
+    changed = any(d.verdict_changes for d in diffs)
+    return 1 if changed and args.exit_code else 0
+
+
 def cmd_server(args: argparse.Namespace) -> int:
     from flows import servers
 
@@ -104,6 +115,11 @@ def build_parser() -> argparse.ArgumentParser:
     add_runner_arguments(run)
     run.set_defaults(func=cmd_run)
     sub.add_parser("report", help="build reports/index.md and index.html").set_defaults(func=cmd_report)
+    diff = sub.add_parser("diff", help="verdicts and metrics that changed against a git revision")
+    diff.add_argument("rev", nargs="?", default="HEAD", help="git revision to compare with (default HEAD)")
+    diff.add_argument("--papers", dest="slugs", nargs="+", default=None, help="default: every paper")
+    diff.add_argument("--exit-code", action="store_true", help="exit 1 when a verdict changed")
+    diff.set_defaults(func=cmd_diff)
     server = sub.add_parser("server", help="the local Prefect server on 127.0.0.1")
     server.add_argument("action", choices=["start", "stop", "status"])
     server.set_defaults(func=cmd_server)

@@ -39,9 +39,12 @@ def fidelity(slug: str) -> str:
 
 
 def last_verdicts(slug: str) -> tuple[str, Counter]:
-    """(profile, verdict counts) of the last run written to reports/<slug>/claims.json."""
+    """(profile, verdict counts of the empirical and mechanism claims) of the last run in reports/<slug>/claims.json.
+
+    Identities and references are verified by unit tests and are not counted."""
     path = repo_root() / "reports" / slug / "claims.json"
     if not path.exists():
         return "not run", Counter()
     rows = read_json(path)
-    return (rows[0]["profile"] if rows else "-"), Counter(r["verdict"] for r in rows)
+    return (rows[0]["profile"] if rows else "-"), Counter(
+        r["verdict"] for r in rows if r.get("kind", "empirical") in ("empirical", "mechanism"))

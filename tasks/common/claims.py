@@ -1,19 +1,37 @@
-"""Claims as data, and the verdict rule of DESIGN.md section 6.
+"""Claims as data, and the verdict rule (docs/architecture.md, "Claims and verdicts").
 
-A claim names a metric the experiment produces for every seed and a check on it. The verdict is
-decided on the 95% interval of the metric over seeds (Student-t for fewer than 5 seeds, a
-percentile bootstrap otherwise):
+Every claim has a **kind**:
 
-- ``reproduced``      the whole interval satisfies the check,
-- ``not reproduced``  the whole interval violates it,
-- ``inconclusive``    the interval straddles the threshold (or fewer than two seeds),
-- ``not testable at this profile``  the claim is not meaningful at this profile, or has no metric.
+- ``empirical``  an experimental outcome that could come out either way; counted in the report;
+- ``mechanism``  a check of the project's own reconstruction or derivation; counted in its own column;
+- ``identity``   holds by construction or by exact algebra of the implementation;
+- ``reference``  a seed-independent number from a closed form.
+
+Identities and references are verified by the unit test named in ``verified_by`` and listed in a
+separate verification table; they are never counted as reproduced. Their run-time value (when they
+name a metric) must satisfy the check on every seed: ``verified`` or ``verification failed``.
+
+Empirical and mechanism claims are decided on a 95% interval that fits the metric (``interval``):
+
+- ``t``         Student-t interval on the mean over seeds (every n; a percentile bootstrap under-covers
+                at 5 seeds). A metric whose seeds all agree has no estimable spread: inconclusive, with
+                the reason (a rate must use ``binomial``; a seed-independent number is a ``reference``).
+- ``log``       for ratios: the t-interval of log(value), exponentiated (the centre is the geometric mean).
+- ``binomial``  for rates and coverage: Clopper-Pearson on successes / trials pooled over seeds; the
+                experiment reports both counts per seed (``counts``).
+
+Verdicts: ``reproduced`` (the whole interval satisfies the check), ``not reproduced`` (the whole interval
+violates it), ``inconclusive`` (it straddles the threshold, or no interval exists), ``undecided`` (a
+precondition of the test bed was not met, so the claim cannot be decided either way), ``not testable at
+this profile``. For an inconclusive claim, ``seeds_needed`` is the number of seeds at which the observed
+mean and spread would give a decisive interval (None with a reason when the mean sits on the threshold).
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
@@ -27,10 +45,20 @@ from tasks.common.io import write_json, write_text
 REPRODUCED = "reproduced"
 NOT_REPRODUCED = "not reproduced"
 INCONCLUSIVE = "inconclusive"
+UNDECIDED = "undecided"
 NOT_TESTABLE = "not testable at this profile"
-VERDICTS = (REPRODUCED, NOT_REPRODUCED, INCONCLUSIVE, NOT_TESTABLE)
-BOOTSTRAP_MIN_SEEDS = 5
-BOOTSTRAP_RESAMPLES = 10_000
+VERIFIED = "verified"
+VERIFICATION_FAILED = "verification failed"
+# Verdicts of the claims the report counts (empirical and mechanism), in display order.
+VERDICTS = (REPRODUCED, NOT_REPRODUCED, INCONCLUSIVE, UNDECIDED, NOT_TESTABLE)
+VERIFICATION_VERDICTS = (VERIFIED, VERIFICATION_FAILED, NOT_TESTABLE)
+COUNTED_KINDS = ("empirical", "mechanism")
+VERIFICATION_KINDS = ("identity", "reference")
+# Beyond this many seeds a claim is reported as not decidable by more seeds of the same test bed.
+MAX_SEEDS_NEEDED = 1000
+
+Kind = Literal["empirical", "mechanism", "identity", "reference"]
+IntervalKind = Literal["t", "log", "binomial"]
 
 
 class Check(BaseModel):
@@ -60,24 +88,70 @@ class Check(BaseModel):
             return "> 0" if self.value == 1 else "< 0"
         return f"{self.op} {self.value:g}"
 
+    def thresholds(self) -> tuple[float, ...]:
+        if self.op == "between":
+            return (self.low, self.high)
+        return (0.0,) if self.op == "sign" else (self.value,)
 
-class Claim(BaseModel):
+
+class Counts(BaseModel):
+    """Metric names of the per-seed success and trial counts of a rate (for ``interval: binomial``)."""
+
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    id: str
-    claim: str
-    source: str
-    paper_value: float | str | None = None
+    successes: str
+    trials: str
+
+
+class _Measured(BaseModel):
+    """A metric, the check on it and the interval that fits it (shared by claims and preconditions)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
     metric: str | None = None
     check: Check | None = None
+    interval: IntervalKind = "t"
+    counts: Counts | None = None
+
+    @model_validator(mode="after")
+    def _consistent(self) -> _Measured:
+        if (self.metric is None) != (self.check is None):
+            raise ValueError("metric and check go together (both or neither)")
+        if (self.interval == "binomial") != (self.counts is not None):
+            raise ValueError("interval 'binomial' needs counts {successes, trials}, and only it takes them")
+        if self.interval == "log" and self.check is not None:
+            if self.check.op == "sign" or min(self.check.thresholds()) <= 0:
+                raise ValueError("interval 'log' is for positive ratios: the check needs thresholds > 0")
+        return self
+
+
+class Precondition(_Measured):
+    """What the test bed must show before the claim can be decided (stated before the run)."""
+
+    metric: str
+    check: Check
+    why: str
+
+
+class Claim(_Measured):
+    id: str
+    claim: str
+    kind: Kind
+    source: str
+    paper_value: float | str | None = None
     profiles: list[Literal["smoke", "cpu", "paper"]] = []
-    fidelity: Literal["paper-text", "official-code", "reconstructed"]
+    fidelity: Literal["paper-text", "official-code", "reconstructed", "secondary"]
+    preconditions: list[Precondition] = []
+    verified_by: str | None = None
     note: str = ""
 
     @model_validator(mode="after")
-    def _metric_needs_check(self) -> Claim:
-        if (self.metric is None) != (self.check is None):
-            raise ValueError("metric and check go together (both or neither)")
+    def _kind_rules(self) -> Claim:
+        if self.kind in VERIFICATION_KINDS:
+            if not self.verified_by:
+                raise ValueError(f"a {self.kind} claim names the unit test that verifies it (verified_by)")
+            if self.preconditions:
+                raise ValueError(f"a {self.kind} claim has no preconditions (it is not decided on seeds)")
         return self
 
 
@@ -99,27 +173,93 @@ def load_claims(path: str | Path) -> list[Claim]:
     return claims
 
 
-def interval95(values: Sequence[float], seed: int = 0) -> tuple[float, float, float]:
-    """Mean and 95% interval over seeds: t-interval below 5 seeds, percentile bootstrap from 5.
+# --- intervals ---------------------------------------------------------------------------------------
 
-    With one value there is no interval: the bounds are NaN.
-    """
+
+@dataclass(frozen=True)
+class Estimate:
+    """Centre and 95% interval of a metric over seeds; ``reason`` says why there is no interval."""
+
+    mean: float
+    low: float = math.nan
+    high: float = math.nan
+    reason: str = ""
+
+    @property
+    def has_interval(self) -> bool:
+        return not (math.isnan(self.low) or math.isnan(self.high))
+
+
+def t_interval(values: Sequence[float]) -> Estimate:
+    """mean +- t(0.975, n-1) s / sqrt(n). No interval for one value, a non-finite value, or zero spread."""
     x = np.asarray(values, dtype=float)
     if x.size == 0:
-        raise ValueError("interval95: no values")
+        raise ValueError("t_interval: no values")
+    if not np.all(np.isfinite(x)):
+        bad = [i for i, v in enumerate(x) if not math.isfinite(v)]
+        return Estimate(float("nan"), reason=f"non-finite value at seed position(s) {bad}")
     mean = float(x.mean())
     if x.size == 1:
-        return mean, math.nan, math.nan
-    if x.size < BOOTSTRAP_MIN_SEEDS:
-        half = float(stats.t.ppf(0.975, df=x.size - 1) * x.std(ddof=1) / math.sqrt(x.size))
-        return mean, mean - half, mean + half
-    rng = np.random.default_rng(seed)
-    means = x[rng.integers(0, x.size, size=(BOOTSTRAP_RESAMPLES, x.size))].mean(axis=1)
-    low, high = np.percentile(means, [2.5, 97.5])
-    return mean, float(low), float(high)
+        return Estimate(mean, reason="one seed: no interval")
+    sd = float(x.std(ddof=1))
+    if sd == 0.0:
+        return Estimate(mean, reason="every seed gave the same value: no spread to estimate (a rate needs "
+                                     "interval: binomial; a seed-independent number is a reference)")
+    half = float(stats.t.ppf(0.975, df=x.size - 1) * sd / math.sqrt(x.size))
+    return Estimate(mean, mean - half, mean + half)
 
 
-def _satisfies(check: Check, value: float) -> bool:
+def log_interval(values: Sequence[float]) -> Estimate:
+    """Ratios: the t-interval of log(value), exponentiated; the centre is the geometric mean."""
+    x = np.asarray(values, dtype=float)
+    if np.any(~np.isfinite(x)) or np.any(x <= 0):
+        bad = [i for i, v in enumerate(x) if not (math.isfinite(v) and v > 0)]
+        return Estimate(float("nan"), reason=f"ratio not finite and positive at seed position(s) {bad}")
+    est = t_interval(np.log(x))
+    if not est.has_interval:
+        return Estimate(math.exp(est.mean), reason=est.reason)
+    return Estimate(math.exp(est.mean), math.exp(est.low), math.exp(est.high))
+
+
+def clopper_pearson(successes: int, trials: int) -> Estimate:
+    """Exact binomial 95% interval of successes / trials (beta quantiles; 0 and 1 at the ends)."""
+    if trials <= 0 or not 0 <= successes <= trials:
+        return Estimate(float("nan"), reason=f"invalid counts: {successes} successes of {trials} trials")
+    low = 0.0 if successes == 0 else float(stats.beta.ppf(0.025, successes, trials - successes + 1))
+    high = 1.0 if successes == trials else float(stats.beta.ppf(0.975, successes + 1, trials - successes))
+    return Estimate(successes / trials, low, high)
+
+
+def pooled_counts(per_seed: Mapping[int, Mapping[str, float]], counts: Counts) -> tuple[int, int]:
+    successes = sum(_as_count(m[counts.successes], counts.successes) for m in per_seed.values())
+    trials = sum(_as_count(m[counts.trials], counts.trials) for m in per_seed.values())
+    return successes, trials
+
+
+def _as_count(value: float, name: str) -> int:
+    if not math.isfinite(value) or value < 0 or value != round(value):
+        raise ValueError(f"count metric {name!r} must be a non-negative integer, got {value!r}")
+    return int(round(value))
+
+
+def estimate(measured: _Measured, per_seed: Mapping[int, Mapping[str, float]]) -> Estimate:
+    """The interval ``measured.interval`` names, over the seeds of ``per_seed``."""
+    if measured.interval == "binomial":
+        return clopper_pearson(*pooled_counts(per_seed, measured.counts))
+    values = [float(m[measured.metric]) for m in per_seed.values()]
+    return log_interval(values) if measured.interval == "log" else t_interval(values)
+
+
+def interval95(values: Sequence[float]) -> tuple[float, float, float]:
+    """(mean, low, high) of the t-interval; NaN bounds where there is no interval."""
+    est = t_interval(values)
+    return est.mean, est.low, est.high
+
+
+# --- verdicts ----------------------------------------------------------------------------------------
+
+
+def satisfies(check: Check, value: float) -> bool:
     match check.op:
         case ">=":
             return value >= check.value
@@ -140,47 +280,146 @@ def _violates_everywhere(check: Check, low: float, high: float) -> bool:
     """True when no point of [low, high] satisfies the check."""
     if check.op == "between":
         return high < check.low or low > check.high
-    return not _satisfies(check, low) and not _satisfies(check, high)
+    return not satisfies(check, low) and not satisfies(check, high)
 
 
 def verdict_for(check: Check, low: float, high: float) -> str:
     if math.isnan(low) or math.isnan(high):
         return INCONCLUSIVE
-    if _satisfies(check, low) and _satisfies(check, high):
+    if satisfies(check, low) and satisfies(check, high):
         return REPRODUCED
     if _violates_everywhere(check, low, high):
         return NOT_REPRODUCED
     return INCONCLUSIVE
 
 
+def _decisive(check: Check, low: float, high: float) -> bool:
+    return verdict_for(check, low, high) != INCONCLUSIVE
+
+
+def seeds_needed(measured: _Measured, per_seed: Mapping[int, Mapping[str, float]]) -> tuple[int | None, str]:
+    """Smallest number of seeds at which the observed centre and spread give a decisive interval.
+
+    t / log: the interval mean +- t(0.975, n-1) s / sqrt(n) with the observed mean and s (on the log
+    for ratios). binomial: the Clopper-Pearson interval at the observed rate with the observed trials
+    per seed. (None, reason) when no number of seeds would do (the centre sits on a threshold, or more
+    than MAX_SEEDS_NEEDED are needed).
+    """
+    n_now = len(per_seed)
+    if measured.interval == "binomial":
+        successes, trials = pooled_counts(per_seed, measured.counts)
+        if trials == 0:
+            return None, "no trials"
+        rate, per_seed_trials = successes / trials, trials / n_now
+        if any(math.isclose(rate, t) for t in measured.check.thresholds()):
+            return None, "none: the rate sits on the threshold"
+        for n in range(n_now + 1, MAX_SEEDS_NEEDED + 1):
+            n_trials = max(1, round(per_seed_trials * n))
+            est = clopper_pearson(round(rate * n_trials), n_trials)
+            if _decisive(measured.check, est.low, est.high):
+                return n, ""
+        return None, f"more than {MAX_SEEDS_NEEDED} seeds"
+    values = np.asarray([float(m[measured.metric]) for m in per_seed.values()], dtype=float)
+    check = measured.check
+    if measured.interval == "log":
+        if np.any(~np.isfinite(values)) or np.any(values <= 0):
+            return None, "ratio not finite and positive on every seed"
+        values = np.log(values)
+        check = _log_check(check)
+    if not np.all(np.isfinite(values)) or values.size < 2 or values.std(ddof=1) == 0:
+        return None, "no spread to extrapolate from"
+    mean, sd = float(values.mean()), float(values.std(ddof=1))
+    if any(math.isclose(mean, t, rel_tol=1e-9, abs_tol=1e-12) for t in check.thresholds()):
+        return None, "none: the mean sits on the threshold"
+    for n in range(max(n_now + 1, 2), MAX_SEEDS_NEEDED + 1):
+        half = float(stats.t.ppf(0.975, df=n - 1) * sd / math.sqrt(n))
+        if _decisive(check, mean - half, mean + half):
+            return n, ""
+    return None, f"more than {MAX_SEEDS_NEEDED} seeds"
+
+
+def _log_check(check: Check) -> Check:
+    if check.op == "between":
+        return Check(op="between", low=math.log(check.low), high=math.log(check.high))
+    return Check(op=check.op, value=math.log(check.value))
+
+
+def _precondition_row(pre: Precondition, per_seed: Mapping[int, Mapping[str, float]]) -> dict[str, Any]:
+    est = estimate(pre, per_seed)
+    met = est.has_interval and verdict_for(pre.check, est.low, est.high) == REPRODUCED
+    return {"metric": pre.metric, "check": pre.check.describe(), "interval": pre.interval, "why": pre.why,
+            "mean": _none_if_nan(est.mean), "ci_low": _none_if_nan(est.low), "ci_high": _none_if_nan(est.high),
+            "met": met}
+
+
+def _none_if_nan(x: float) -> float | None:
+    return None if math.isnan(x) else x
+
+
+def _require_metrics(claim: Claim, per_seed: Mapping[int, Mapping[str, float]]) -> None:
+    names = [claim.metric] + [p.metric for p in claim.preconditions]
+    for measured in [claim, *claim.preconditions]:
+        if measured.counts is not None:
+            names += [measured.counts.successes, measured.counts.trials]
+    for name in names:
+        missing = [s for s, m in per_seed.items() if name not in m]
+        if missing or not per_seed:
+            raise KeyError(f"claim {claim.id}: metric {name!r} missing for seeds {missing}")
+
+
+def _base_row(claim: Claim, profile: str, paper: str) -> dict[str, Any]:
+    return {"paper": paper, "id": claim.id, "kind": claim.kind, "claim": claim.claim, "source": claim.source,
+            "paper_value": claim.paper_value, "metric": claim.metric, "fidelity": claim.fidelity,
+            "check": claim.check.describe() if claim.check else None, "interval": claim.interval,
+            "profile": profile, "n_seeds": 0, "per_seed": {}, "mean": None, "ci_low": None, "ci_high": None,
+            "preconditions": [], "seeds_needed": None, "seeds_needed_note": "",
+            "verified_by": claim.verified_by, "note": claim.note}
+
+
+def _add_note(row: dict[str, Any], text: str) -> None:
+    if text:
+        row["note"] = f"{row['note']} {text}".strip()
+
+
+def evaluate_claim(claim: Claim, per_seed: Mapping[int, Mapping[str, float]], profile: str,
+                   paper: str) -> dict[str, Any]:
+    """One result row: per-seed values, centre, interval, preconditions, verdict, seeds needed."""
+    row = _base_row(claim, profile, paper)
+    if claim.check is None or profile not in claim.profiles:
+        row["verdict"] = NOT_TESTABLE
+        return row
+    _require_metrics(claim, per_seed)
+    values = {int(s): float(m[claim.metric]) for s, m in per_seed.items()}
+    row.update(n_seeds=len(values), per_seed=values)
+    if claim.kind in VERIFICATION_KINDS:
+        ok = all(math.isfinite(v) and satisfies(claim.check, v) for v in values.values())
+        row.update(mean=float(np.mean(list(values.values()))), verdict=VERIFIED if ok else VERIFICATION_FAILED)
+        return row
+    est = estimate(claim, per_seed)
+    row.update(mean=_none_if_nan(est.mean), ci_low=_none_if_nan(est.low), ci_high=_none_if_nan(est.high))
+    _add_note(row, est.reason)
+    row["preconditions"] = [_precondition_row(p, per_seed) for p in claim.preconditions]
+    unmet = [p for p in row["preconditions"] if not p["met"]]
+    if unmet:
+        row["verdict"] = UNDECIDED
+        _add_note(row, "; ".join(f"precondition not met: {p['metric']} {p['check']} ({p['why']})" for p in unmet))
+        return row
+    row["verdict"] = verdict_for(claim.check, est.low, est.high)
+    if row["verdict"] == INCONCLUSIVE:
+        row["seeds_needed"], row["seeds_needed_note"] = seeds_needed(claim, per_seed)
+    return row
+
+
 def evaluate_claims(claims: Sequence[Claim], per_seed_metrics: Mapping[int, Mapping[str, float]],
                     profile: str, paper: str) -> list[dict[str, Any]]:
-    """One result row per claim, with per-seed values, mean, interval and verdict."""
-    rows = []
-    for claim in claims:
-        row: dict[str, Any] = {
-            "paper": paper, "id": claim.id, "claim": claim.claim, "source": claim.source,
-            "paper_value": claim.paper_value, "metric": claim.metric, "fidelity": claim.fidelity,
-            "check": claim.check.describe() if claim.check else None, "profile": profile,
-            "n_seeds": 0, "per_seed": {}, "mean": None, "ci_low": None, "ci_high": None,
-            "note": claim.note,
-        }
-        if claim.check is None or profile not in claim.profiles:
-            row["verdict"] = NOT_TESTABLE
-            rows.append(row)
-            continue
-        missing = [s for s, m in per_seed_metrics.items() if claim.metric not in m]
-        if missing or not per_seed_metrics:
-            raise KeyError(f"claim {claim.id}: metric {claim.metric!r} missing for seeds {missing}")
-        values = {int(s): float(m[claim.metric]) for s, m in per_seed_metrics.items()}
-        mean, low, high = interval95(list(values.values()))
-        row.update(n_seeds=len(values), per_seed=values, mean=mean,
-                   ci_low=None if math.isnan(low) else low, ci_high=None if math.isnan(high) else high,
-                   verdict=verdict_for(claim.check, low, high))
-        if len(values) < 2:
-            row["note"] = (row["note"] + " " if row["note"] else "") + "one seed: no interval"
-        rows.append(row)
-    return rows
+    return [evaluate_claim(c, per_seed_metrics, profile, paper) for c in claims]
+
+
+# --- tables ------------------------------------------------------------------------------------------
+
+
+def is_counted(row: Mapping[str, Any]) -> bool:
+    return row.get("kind", "empirical") in COUNTED_KINDS
 
 
 def format_number(x: float | None) -> str:
@@ -201,26 +440,81 @@ def format_ours(row: Mapping[str, Any]) -> str:
     return f"{format_number(row['mean'])} [{format_number(row['ci_low'])}, {format_number(row['ci_high'])}]"
 
 
+def format_seeds_needed(row: Mapping[str, Any]) -> str:
+    if row.get("verdict") != INCONCLUSIVE:
+        return "-"
+    if row.get("seeds_needed") is not None:
+        return str(row["seeds_needed"])
+    return row.get("seeds_needed_note") or "-"
+
+
+def _interval_label(row: Mapping[str, Any]) -> str:
+    return {"t": "", "log": " (log)", "binomial": " (pooled, Clopper-Pearson)"}.get(row.get("interval", "t"), "")
+
+
+def _cell(text: Any) -> str:
+    return str(text).replace("|", "\\|").replace("\n", " ")
+
+
 def claims_markdown(rows: Sequence[Mapping[str, Any]], with_paper: bool = False) -> str:
+    """The counted claims (empirical, mechanism): verdicts on intervals, preconditions, seeds needed."""
     head = ["paper"] if with_paper else []
-    lines = ["| " + " | ".join(head + ["id", "claim", "paper", "check", "ours (mean [95% CI])", "n",
-                                       "verdict", "fidelity"]) + " |"]
-    lines.append("|" + "---|" * (len(head) + 8))
+    cols = head + ["id", "kind", "claim", "paper", "check", "ours (mean [95% CI])", "n", "verdict",
+                   "seeds needed", "fidelity"]
+    lines = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
     for row in rows:
+        check = f"`{row['metric']}` {row['check']}{_interval_label(row)}" if row["metric"] else "-"
+        for pre in row.get("preconditions", []):
+            check += f"; if `{pre['metric']}` {pre['check']}"
         cells = ([row["paper"]] if with_paper else []) + [
-            row["id"], row["claim"].replace("|", "\\|"), str(row["paper_value"] if row["paper_value"]
-                                                              is not None else "-"),
-            f"`{row['metric']}` {row['check']}" if row["metric"] else "-", format_ours(row),
-            str(row["n_seeds"] or "-"), f"**{row['verdict']}**", row["fidelity"]]
+            row["id"], row.get("kind", "empirical"), _cell(row["claim"]),
+            _cell(row["paper_value"] if row["paper_value"] is not None else "-"), _cell(check),
+            format_ours(row), str(row["n_seeds"] or "-"), f"**{row['verdict']}**", _cell(format_seeds_needed(row)),
+            row["fidelity"]]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
+
+
+def verification_markdown(rows: Sequence[Mapping[str, Any]], with_paper: bool = False) -> str:
+    """Identities and references: the unit test that verifies each, and the run-time value if any."""
+    head = ["paper"] if with_paper else []
+    cols = head + ["id", "kind", "claim", "check", "run-time value (all seeds)", "verdict", "verified by"]
+    lines = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
+    for row in rows:
+        check = f"`{row['metric']}` {row['check']}" if row["metric"] else "-"
+        values = row.get("per_seed") or {}
+        shown = (f"max {format_number(max(values.values()))}, min {format_number(min(values.values()))}"
+                 if values else "-")
+        cells = ([row["paper"]] if with_paper else []) + [
+            row["id"], row["kind"], _cell(row["claim"]), _cell(check), shown, row["verdict"],
+            f"`{row.get('verified_by') or '-'}`"]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def preconditions_markdown(rows: Sequence[Mapping[str, Any]]) -> str:
+    lines = []
+    for row in rows:
+        for pre in row.get("preconditions", []):
+            state = "met" if pre["met"] else "NOT met"
+            ours = format_ours(pre)
+            lines.append(f"- {row['id']}: `{pre['metric']}` {pre['check']} ({pre['why']}): {ours}, {state}")
+    return "\n".join(lines) + ("\n" if lines else "")
 
 
 def write_claims(rows: Sequence[Mapping[str, Any]], out_dir: str | Path, title: str) -> None:
     out_dir = Path(out_dir)
     write_json(out_dir / "claims.json", list(rows))
+    counted = [r for r in rows if is_counted(r)]
+    verification = [r for r in rows if not is_counted(r)]
+    body = f"# {title}\n\nProfile: `{rows[0]['profile'] if rows else '-'}`\n\n## Claims\n\n" + claims_markdown(counted)
+    pre = preconditions_markdown(counted)
+    if pre:
+        body += "\n### Preconditions (stated before the run)\n\n" + pre
+    if verification:
+        body += ("\n## Verification (identities and references; verified by unit tests, never counted as "
+                 "reproduced)\n\n" + verification_markdown(verification))
     notes = [f"- {r['id']}: {r['note']}" for r in rows if r.get("note")]
-    body = f"# {title}\n\nProfile: `{rows[0]['profile'] if rows else '-'}`\n\n" + claims_markdown(rows)
     if notes:
         body += "\nNotes:\n" + "\n".join(notes) + "\n"
     write_text(out_dir / "claims.md", body)

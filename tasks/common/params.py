@@ -21,6 +21,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 from tasks.common.env import PROFILES, repo_root
 
 TOP_LEVEL_KEYS = ("profile", "seeds", "papers")
+PAPER_SEEDS_KEY = "seeds"
 
 
 class ParamsError(ValueError):
@@ -111,8 +112,10 @@ def validate_paper_section(slug: str, section: Any) -> dict[str, ProfileConfig]:
     if not isinstance(section, dict):
         raise ParamsError(f"{slug}: must be a mapping with keys {'|'.join(PROFILES)}")
     for key in section:
-        if key not in PROFILES:
-            raise ParamsError(f"{slug}.{key}: unknown profile (expected {'|'.join(PROFILES)})")
+        if key not in PROFILES and key != PAPER_SEEDS_KEY:
+            raise ParamsError(f"{slug}.{key}: unknown profile (expected {'|'.join(PROFILES)} or "
+                              f"{PAPER_SEEDS_KEY})")
+    paper_seeds(slug, section)
     configs = {}
     for profile in PROFILES:
         if profile not in section:
@@ -122,6 +125,22 @@ def validate_paper_section(slug: str, section: Any) -> dict[str, ProfileConfig]:
         except ValidationError as err:
             raise ParamsError(_format_validation_error(f"{slug}.{profile}", err)) from None
     return configs
+
+
+def paper_seeds(slug: str, section: dict[str, Any]) -> dict[str, tuple[int, ...]]:
+    """A paper's own seeds per profile (``<slug>.seeds.<profile>``), overriding the top-level ``seeds``.
+
+    Papers whose claims are noisy run more seeds at cpu (five) than the default three.
+    """
+    raw = section.get(PAPER_SEEDS_KEY) or {}
+    if not isinstance(raw, dict):
+        raise ParamsError(f"{slug}.{PAPER_SEEDS_KEY}: must map a profile to a list of seeds, got {raw!r}")
+    out = {}
+    for profile, seeds in raw.items():
+        if profile not in PROFILES:
+            raise ParamsError(f"{slug}.{PAPER_SEEDS_KEY}.{profile}: unknown profile (expected {'|'.join(PROFILES)})")
+        out[profile] = validate_seeds(seeds, key=f"{slug}.{PAPER_SEEDS_KEY}.{profile}")
+    return out
 
 
 def validate_params(params: dict[str, Any]) -> None:
@@ -156,11 +175,16 @@ def resolve_run(slug: str, profile: str | None = None, seeds: list[int] | tuple[
         raise ParamsError(f"paper: unknown paper {slug!r} (known: {', '.join(known_papers())})")
     chosen_profile = validate_profile(profile if profile is not None else params.get("profile"),
                                       key="profile" if profile is None else "--profile")
-    chosen_seeds = validate_seeds(list(seeds) if seeds is not None else params.get("seeds"),
-                                  key="seeds" if seeds is None else "--seeds")
     if slug not in params:
         raise ParamsError(f"{slug}: no section for this paper in {params_path(path)}")
     configs = validate_paper_section(slug, params[slug])
+    own_seeds = paper_seeds(slug, params[slug]).get(chosen_profile)
+    if seeds is not None:
+        chosen_seeds = validate_seeds(list(seeds), key="--seeds")
+    elif own_seeds is not None:
+        chosen_seeds = own_seeds
+    else:
+        chosen_seeds = validate_seeds(params.get("seeds"), key="seeds")
     config = configs[chosen_profile]
     return RunSpec(slug, chosen_profile, chosen_seeds, config,
                    hash_config(slug, chosen_profile, chosen_seeds, config))

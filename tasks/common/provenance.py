@@ -51,3 +51,28 @@ def hash_files(relative_paths: Iterable[str], root: Path | None = None) -> str:
         digest.update(name.encode())
         digest.update((root / name).read_bytes())
     return digest.hexdigest()[:16]
+
+
+def cpu_model() -> str:
+    """The CPU's model name (``/proc/cpuinfo`` on Linux, ``platform.processor()`` elsewhere).
+
+    Trained numbers are bit-identical only on the same CPU kind and versions: another instruction
+    set changes the vectorised kernels torch picks, and float sums round differently.
+    """
+    try:
+        for line in Path("/proc/cpuinfo").read_text(encoding="utf-8").splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine() or "unknown"
+
+
+def torch_cpu_capability() -> str:
+    """The vector instruction set torch's CPU kernels dispatch to (e.g. AVX2, AVX512)."""
+    try:
+        import torch
+
+        return str(torch.backends.cpu.get_cpu_capability())
+    except Exception:  # noqa: BLE001 - provenance must never fail a run
+        return "unknown"

@@ -131,7 +131,8 @@ def publish_claims(spec: RunSpec, parent_run_id: str, results: Sequence[Mapping[
     create_table_artifact(
         key=f"{spec.slug.replace('_', '-')}-claims",
         table=[{k: (json.dumps(v) if isinstance(v, dict | list) else v) for k, v in row.items()
-                if k in ("id", "claim", "paper_value", "check", "mean", "ci_low", "ci_high", "verdict")}
+                if k in ("id", "kind", "claim", "paper_value", "check", "mean", "ci_low", "ci_high", "verdict",
+                         "seeds_needed")}
                for row in rows],
         description=f"{spec.slug} claims at profile {spec.profile}")
     create_markdown_artifact(key=f"{spec.slug.replace('_', '-')}-claims-md", markdown=claims_markdown(rows))

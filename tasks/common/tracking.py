@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from tasks.common.env import repo_root
-from tasks.common.provenance import git_state, package_versions
+from tasks.common.provenance import cpu_model, git_state, package_versions, torch_cpu_capability
 
 PARENT_TAG = "mlflow.parentRunId"
 
@@ -89,6 +89,8 @@ def provenance_tags(profile: str, seeds: tuple[int, ...] | list[int], params_has
         "seeds": ",".join(str(s) for s in seeds),
         "device": device,
         "prefect_flow_run_id": flow_run_id or "none",
+        "cpu_model": cpu_model(),
+        "torch_cpu_capability": torch_cpu_capability(),
     }
     tags.update({f"version.{k}": v for k, v in package_versions().items()})
     return tags

@@ -77,7 +77,8 @@ def test_mlflow_runs(smoke_run):
     assert parent.info.status == "FINISHED"
     assert sorted(int(r.data.tags["seed"]) for r in children) == SEEDS
     for run in [parent, *children]:
-        for key in ("git_commit", "params_hash", "profile", "device", "version.torch", "prefect_flow_run_id"):
+        for key in ("git_commit", "params_hash", "profile", "device", "version.torch", "prefect_flow_run_id",
+                    "cpu_model", "torch_cpu_capability"):
             assert run.data.tags.get(key), (slug, key)
     for child in children:
         marker = json.loads((root / "models" / slug / f"seed{child.data.tags['seed']}" / "result.json").read_text())

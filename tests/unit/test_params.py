@@ -39,6 +39,9 @@ def test_resolve_overrides_and_hash(output_root):
         (lambda p: p.update(papers=["arm_ebm", "nosuch"]), r"papers\[1\]: unknown paper 'nosuch'"),
         (lambda p: p.update(typo_key=1), r"typo_key: unknown key"),
         (lambda p: p["arm_ebm"]["cpu"]["gpt2"].update(n_embd=33), r"arm_ebm\.cpu\.gpt2: .*divisible"),
+        (lambda p: p["arm_ebm"].update(seeds={"cpu": [0, 0]}), r"arm_ebm\.seeds\.cpu: seeds must be distinct"),
+        (lambda p: p["arm_ebm"].update(seeds={"gpu": [0]}), r"arm_ebm\.seeds\.gpu: unknown profile"),
+        (lambda p: p["arm_ebm"].update(seeds=[0, 1]), r"arm_ebm\.seeds: must map a profile"),
     ],
 )
 def test_bad_params_name_the_key(output_root, mutate, message):
@@ -56,3 +59,11 @@ def test_cli_overrides_are_validated(output_root):
         resolve_run("arm_ebm", "smoke", [-1])
     with pytest.raises(ParamsError, match=r"paper: unknown paper 'nosuch'"):
         resolve_run("nosuch")
+
+
+def test_a_paper_may_run_its_own_seeds_per_profile(output_root):
+    write_params(output_root, lambda p: p["arm_ebm"].update(seeds={"smoke": [5, 6, 7, 8, 9]}))
+    assert resolve_run("arm_ebm", "smoke").seeds == (5, 6, 7, 8, 9)
+    assert resolve_run("arm_ebm", "smoke", [1]).seeds == (1,)  # the command line still wins
+    top = tuple(read_params()["seeds"])
+    assert resolve_run("arm_ebm", "paper").seeds == top  # other profiles keep the top-level seeds
