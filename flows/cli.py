@@ -109,7 +109,10 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("slug")
     run.add_argument("--profile", choices=None, help="smoke | cpu | paper (default: params.yaml)")
     run.add_argument("--seeds", type=int, nargs="+", help="default: params.yaml")
-    run.add_argument("--phase", choices=["data", "run", "all"], default="all")
+    from flows.stage import PHASES
+
+    run.add_argument("--phase", choices=PHASES, default="all",
+                     help="data | train | evaluate | run (train then evaluate) | all (data too)")
     from flows.stage import add_runner_arguments
 
     add_runner_arguments(run)

@@ -1,7 +1,9 @@
 """Entry point of the DVC stages and of ``repro run``: validate params, then run one paper's flow.
 
     python -m flows.stage arm_ebm --phase data
-    python -m flows.stage arm_ebm --phase run --profile smoke --seeds 0 1 2
+    python -m flows.stage arm_ebm --phase train          # checkpoints under models/arm_ebm/seed<N>/
+    python -m flows.stage arm_ebm --phase evaluate       # measurements, claims, figures, MLflow runs
+    python -m flows.stage arm_ebm --phase all --profile smoke --seeds 0 1 2
     python -m flows.stage arm_ebm --phase run --runner dask [--dask-address tcp://host:8786]
 
 Under ``dvc repro`` the runner comes from REPRO_RUNNER / REPRO_DASK_ADDRESS (see flows/runners.py).
@@ -18,6 +20,9 @@ import sys
 from flows.runners import RUNNERS, RunnerError, resolve_runner, with_runner
 from tasks.common.params import ParamsError, resolve_run
 
+# The phases of tasks/common/paper_flow.py (kept here so that validation imports no Prefect).
+PHASES = ("data", "train", "evaluate", "run", "all")
+
 
 def add_runner_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--runner", choices=RUNNERS, default=None,
@@ -29,7 +34,8 @@ def add_runner_arguments(parser: argparse.ArgumentParser) -> None:
 def parse(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m flows.stage", description=__doc__.splitlines()[0])
     parser.add_argument("slug")
-    parser.add_argument("--phase", choices=["data", "run", "all"], default="all")
+    parser.add_argument("--phase", choices=PHASES, default="all",
+                        help="data | train | evaluate | run (train then evaluate) | all (data too)")
     parser.add_argument("--profile", default=None)
     parser.add_argument("--seeds", type=int, nargs="+", default=None)
     add_runner_arguments(parser)
@@ -52,7 +58,7 @@ def run_stage(slug: str, phase: str, profile: str | None, seeds: list[int] | Non
     # The data phase is one small task: it always runs on threads.
     flow = with_runner(load_flow(slug), runner if phase != "data" else "threads", dask_address)
     result = flow(profile=spec.profile, seeds=list(spec.seeds), phase=phase)
-    if phase != "data":
+    if phase not in ("data", "train"):
         verdicts = result.get("verdicts", {})
         print(f"[{slug}] profile={spec.profile} seeds={list(spec.seeds)}: "
               + ", ".join(f"{k}={v}" for k, v in verdicts.items()))

@@ -1,70 +1,75 @@
-"""The body every paper flow shares, so that ``flows/<slug>.py`` only names and composes it.
+"""The body every paper flow shares, so that ``flows/<slug>.py`` is pure boilerplate.
 
-A paper plugs in through three functions of its own package (the contract of every paper folder):
+A paper implements the contract of ``tasks/common/contract.py`` (data, train, evaluate,
+claim_metrics, figures). The flow composes Prefect tasks:
 
-- ``tasks.<slug>.experiment.write_data(config, seeds, data_dir) -> list[Path]``  (data phase)
-- ``tasks.<slug>.experiment.run_seed(config, seed, data_dir, model_dir, device, progress) -> dict``
-  returning ``{"seed", "metrics": {name: float}, "curves": {...}, "tables": {...}}``
-- ``tasks.<slug>.figures.make_figures(config, results, figures_dir, plots_dir) -> list[Path]``
+    prepare-data -> train-seed-N (per seed) -> evaluate-seed-N (per seed) -> claim-metrics
+                 -> log-seed-run (MLflow child runs) -> make-figures -> publish-claims
 
-The run phase fans the seeds out on the flow's task runner (threads by default, Dask with
-``--runner dask``). Each seed is a cached Prefect task: a killed run restarted skips finished seeds.
-The cache key holds a hash of the code a seed depends on (``seed_code_version``), because Prefect's
-``TASK_SOURCE`` hashes only the task function and would miss a change in the paper's method.
+``train-seed-N`` is cached on the hash of only the code ``train.py`` imports (plus config and seed);
+``evaluate-seed-N`` on the code ``evaluate.py`` imports and the hash of the seed's checkpoints. Each
+writes a marker after Prefect persisted its result (``models/<slug>/seed<N>/train.json``,
+``reports/<slug>/evaluation/seed<N>.json``): a killed run restarted skips what finished, and a
+result whose marker or checkpoints are missing or changed is recomputed, never trusted blindly.
+
+Phases: ``data``, ``train``, ``evaluate`` (claim metrics, figures, claims and the MLflow runs, from
+the checkpoints the train phase left) and ``all``; ``run`` is train then evaluate. DVC runs the
+phases as separate stages (see ``flows/dvc_yaml.py``).
 """
 
 from __future__ import annotations
 
+import hashlib
 import importlib
 import os
 import re
 from collections.abc import Sequence
 from pathlib import Path
-from types import ModuleType
 from typing import Any, Literal
 
-from prefect import task
+from prefect import get_run_logger, task
 from prefect.artifacts import create_progress_artifact, update_progress_artifact
 from prefect.cache_policies import INPUTS, TASK_SOURCE
 from prefect.futures import as_completed
 
+from tasks.common.codehash import code_version
+from tasks.common.contract import Paper, follows_contract, load_paper, step_module_name
 from tasks.common.devices import pick_device
 from tasks.common.env import configure, repo_root
-from tasks.common.io import remove_partials, write_json
+from tasks.common.io import read_json, remove_partials, write_json
 from tasks.common.params import RunSpec, resolve_run
-from tasks.common.provenance import hash_files
+from tasks.common.results import SeedResult
 from tasks.common.steps import PaperPaths, log_seed_run, paper_paths, parent_run, publish_claims
 
-Phase = Literal["data", "run", "all"]
-# Files of tasks/common that a seed's numbers can depend on. figures, report, tracking and steps are
-# left out on purpose: changing a plot must not recompute the seeds.
-COMMON_SEED_CODE = ("tiny_lm", "seeding", "params", "io", "devices")
-# Files of a paper folder that only draw or describe results.
-PRESENTATION_FILES = ("figures.py",)
+Phase = Literal["data", "train", "evaluate", "run", "all"]
+PHASES: tuple[str, ...] = ("data", "train", "evaluate", "run", "all")
 # Seeds run at once on the thread runner. Three even on 2 cores: each seed computes with one torch
 # thread, and a third worker beats leaving a core idle while the last seed runs alone.
 WORKERS = 3
+TRAIN_MARKER = "train.json"
 
 
-def paper_module(slug: str, name: str) -> ModuleType:
-    return importlib.import_module(f"tasks.{slug}.{name}")
+def seed_dir(model_dir: Path, seed: int) -> Path:
+    return Path(model_dir) / f"seed{seed}"
 
 
-def seed_code_files(slug: str, root: Path | None = None) -> list[str]:
-    """Every .py of the paper folder except its figures, plus the common modules seeds use."""
-    root = root or repo_root()
-    own = sorted(p.relative_to(root).as_posix() for p in (root / "tasks" / slug).glob("*.py")
-                 if p.name not in PRESENTATION_FILES)
-    return own + [f"tasks/common/{name}.py" for name in COMMON_SEED_CODE]
+def train_marker(model_dir: Path, seed: int) -> Path:
+    """Written after a seed's training finished and Prefect persisted it (the resume logic)."""
+    return seed_dir(model_dir, seed) / TRAIN_MARKER
 
 
-def seed_code_version(slug: str) -> str:
-    return hash_files(seed_code_files(slug))
+def evaluation_path(reports_dir: Path, seed: int) -> Path:
+    return Path(reports_dir) / "evaluation" / f"seed{seed}.json"
 
 
-def seed_result_path(model_dir: Path, seed: int) -> Path:
-    """The per-seed result file; its presence marks a seed as finished (the resume logic below)."""
-    return Path(model_dir) / f"seed{seed}" / "result.json"
+def checkpoint_digest(folder: Path) -> dict[str, str]:
+    """sha256 of every file a seed's training wrote (the marker itself excluded), by relative path."""
+    folder = Path(folder)
+    if not folder.is_dir():
+        return {}
+    return {p.relative_to(folder).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(folder.rglob("*")) if p.is_file() and p.name != TRAIN_MARKER
+            and not p.name.endswith(".partial")}
 
 
 def torch_threads_per_worker(workers: int) -> int:
@@ -79,62 +84,140 @@ def seed_datasets(data_dir: Path, seed: int) -> list[str]:
     return [str(p) for p in files if p.name.endswith(f"seed{seed}.parquet") or not re.search(r"seed\d+", p.name)]
 
 
-@task(name="prepare-data")
-def prepare_data(slug: str, spec: RunSpec, data_dir: str) -> list[str]:
-    experiment = paper_module(slug, "experiment")
-    return [str(p) for p in experiment.write_data(spec.config, spec.seeds, Path(data_dir))]
-
-
-# Cached on the inputs, which carry the seed-code hash: a killed run restarted skips the seeds
-# already finished, and a change in the paper's code recomputes them.
-@task(name="run-seed", task_run_name="run-seed-{seed}", cache_policy=INPUTS + TASK_SOURCE, persist_result=True)
-def run_seed(slug: str, config: Any, seed: int, data_dir: str, model_dir: str, device: str,
-             code_version: str) -> dict:
-    artifact = create_progress_artifact(0.0, description=f"{slug}: seed {seed}")
+def _progress(slug: str, seed: int, what: str):
+    artifact = create_progress_artifact(0.0, description=f"{slug}: {what} seed {seed}")
+    logger = get_run_logger()
 
     def progress(fraction: float, message: str) -> None:
         update_progress_artifact(artifact, 100.0 * min(max(fraction, 0.0), 1.0))
-        print(f"[{slug}] seed {seed}: {message}", flush=True)
+        logger.info("[%s] %s seed %d: %s", slug, what, seed, message)
 
-    experiment = paper_module(slug, "experiment")
-    return experiment.run_seed(config, seed, Path(data_dir), Path(model_dir), device, progress)
+    return progress
+
+
+@task(name="prepare-data")
+def prepare_data(slug: str, spec: RunSpec, data_dir: str) -> list[str]:
+    return [str(p) for p in load_paper(slug).write_data(spec.config, spec.seeds, Path(data_dir))]
+
+
+# Cached on the inputs, which carry the hash of the code train.py imports: a killed run restarted
+# skips the seeds already trained; a change in training code retrains; an evaluation change does not.
+@task(name="train-seed", task_run_name="train-seed-{seed}", cache_policy=INPUTS + TASK_SOURCE, persist_result=True)
+def train_seed(slug: str, config: Any, seed: int, data_dir: str, model_dir: str, device: str,
+               code: str, params_hash: str) -> dict:
+    folder = seed_dir(Path(model_dir), seed)
+    result = load_paper(slug).train(config, seed, Path(data_dir), folder, device, _progress(slug, seed, "train"))
+    return {"seed": seed, "params_hash": params_hash, "code_version": code,
+            "checkpoints": checkpoint_digest(folder), "result": result.to_dict()}
+
+
+@task(name="evaluate-seed", task_run_name="evaluate-seed-{seed}", cache_policy=INPUTS + TASK_SOURCE,
+      persist_result=True)
+def evaluate_seed(slug: str, config: Any, seed: int, data_dir: str, model_dir: str, device: str, code: str,
+                  checkpoints: dict[str, str]) -> dict:
+    folder = seed_dir(Path(model_dir), seed)
+    result = load_paper(slug).evaluate(config, seed, Path(data_dir), folder, device,
+                                       _progress(slug, seed, "evaluate"))
+    return result.to_dict()
+
+
+@task(name="claim-metrics")
+def derive_claim_metrics(slug: str, config: Any, trained: list[dict], evaluated: list[dict]) -> list[dict]:
+    """Per seed: training result + evaluation + the claim numbers ``claim_metrics`` derives from them."""
+    paper = load_paper(slug)
+    merged = []
+    for train_record, evaluation in zip(trained, evaluated, strict=True):
+        result = SeedResult.from_dict(train_record["result"]).merged(SeedResult.from_dict(evaluation))
+        result.add(paper.claim_metrics(config, result))
+        merged.append(result.to_dict())
+    return merged
 
 
 @task(name="make-figures")
 def make_figures(slug: str, config: Any, results: list[dict], figures_dir: str, plots_dir: str) -> list[str]:
-    figures = paper_module(slug, "figures")
-    return [str(p) for p in figures.make_figures(config, results, Path(figures_dir), Path(plots_dir))
-            if p is not None]
+    made = load_paper(slug).make_figures(config, [SeedResult.from_dict(r) for r in results], Path(figures_dir),
+                                         Path(plots_dir))
+    return [str(p) for p in made if p is not None]
 
 
-def run_all_seeds(spec: RunSpec, paths: PaperPaths, device: str, code_version: str) -> list[dict]:
-    """Submit every seed, collect results as they finish, write each seed's marker; sorted by seed."""
-    progress = create_progress_artifact(0.0, description=f"{spec.slug}: seeds finished")
+def train_record_valid(model_dir: Path, seed: int, code: str, params_hash: str) -> bool:
+    """A seed's training can be reused: its marker matches the code and params, and the checkpoints
+    on disk are the ones the marker recorded (a deleted or changed file means retrain)."""
+    marker = train_marker(model_dir, seed)
+    try:
+        record = read_json(marker)
+    except (OSError, ValueError):
+        return False
+    return (record.get("code_version") == code and record.get("params_hash") == params_hash
+            and record.get("checkpoints") == checkpoint_digest(seed_dir(model_dir, seed)))
+
+
+def train_all_seeds(spec: RunSpec, paths: PaperPaths, device: str) -> list[dict]:
+    """Train every seed (cached), write each seed's marker once Prefect persisted it; sorted by seed."""
+    code = code_version([step_module_name(spec.slug, "train")])
+    futures = [train_seed.with_options(refresh_cache=not train_record_valid(paths.models, s, code, spec.params_hash))
+               .submit(spec.slug, spec.config, s, str(paths.data), str(paths.models), device, code, spec.params_hash)
+               for s in spec.seeds]
+    records = []
+    for future in as_completed(futures):
+        record = future.result()
+        marker = train_marker(paths.models, record["seed"])
+        if not train_record_valid(paths.models, record["seed"], code, spec.params_hash):
+            write_json(marker, record)
+        records.append(record)
+    return sorted(records, key=lambda r: r["seed"])
+
+
+def read_train_records(spec: RunSpec, paths: PaperPaths) -> list[dict]:
+    """The train phase's records, checked against the current code and params (evaluate phase)."""
+    code = code_version([step_module_name(spec.slug, "train")])
+    stale = [s for s in spec.seeds if not train_record_valid(paths.models, s, code, spec.params_hash)]
+    if stale:
+        raise RuntimeError(f"{spec.slug}: no valid training for seeds {stale} under {paths.models} (missing, "
+                           f"changed, or from other code/params): run the train phase first "
+                           f"(python -m flows.stage {spec.slug} --phase train)")
+    return [read_json(train_marker(paths.models, s)) for s in spec.seeds]
+
+
+def evaluate_all_seeds(spec: RunSpec, paths: PaperPaths, device: str, trained: list[dict]) -> list[dict]:
+    code = code_version([step_module_name(spec.slug, "evaluate")])
     futures = []
-    for seed in spec.seeds:
-        # A cached result whose files were deleted is recomputed rather than trusted.
-        missing = not seed_result_path(paths.models, seed).exists()
-        futures.append(run_seed.with_options(refresh_cache=missing).submit(
-            spec.slug, spec.config, seed, str(paths.data), str(paths.models), device, code_version))
-    results = []
-    for done, future in enumerate(as_completed(futures), start=1):
+    for record in trained:
+        seed = record["seed"]
+        missing = not evaluation_path(paths.reports, seed).exists()
+        futures.append(evaluate_seed.with_options(refresh_cache=missing).submit(
+            spec.slug, spec.config, seed, str(paths.data), str(paths.models), device, code, record["checkpoints"]))
+    evaluated = {}
+    for future in as_completed(futures):
         result = future.result()
-        # The marker is written only once Prefect has persisted the cached result, so a seed with a
-        # marker is always a cache hit after a kill.
-        marker = seed_result_path(paths.models, result["seed"])
-        if not marker.exists():
-            write_json(marker, result)
-        results.append(result)
-        update_progress_artifact(progress, 100.0 * done / len(futures))
-        print(f"[{spec.slug}] seed {result['seed']} done ({done}/{len(futures)})", flush=True)
-    return sorted(results, key=lambda r: r["seed"])
+        write_json(evaluation_path(paths.reports, result["seed"]), result)
+        evaluated[result["seed"]] = result
+    return [evaluated[r["seed"]] for r in trained]
 
 
-def run_paper(slug: str, title: str, profile: str | None, seeds: Sequence[int] | None, phase: Phase,
+def publish(spec: RunSpec, paths: PaperPaths, device: str, title: str, results: list[dict],
+            parent_id: str) -> list[dict]:
+    for result in results:
+        log_seed_run(spec, parent_id, result, device, [str(evaluation_path(paths.reports, result["seed"]))],
+                     seed_datasets(paths.data, result["seed"]))
+    made = make_figures(spec.slug, spec.config, results, str(paths.figures), str(paths.plots))
+    return publish_claims(spec, parent_id, results, str(repo_root() / "tasks" / spec.slug / "claims.yaml"),
+                          str(paths.reports), title, made)
+
+
+def run_paper(slug: str, profile: str | None, seeds: Sequence[int] | None, phase: Phase,
               workers: int = WORKERS) -> dict:
-    """The paper's flow body: data phase, then seeds, MLflow child runs, figures and claims."""
+    """The paper's flow body: the phases asked for, in order."""
+    if phase not in PHASES:
+        raise ValueError(f"phase: must be one of {'|'.join(PHASES)}, got {phase!r}")
+    if not follows_contract(slug, repo_root()):
+        from tasks.common.legacy_flow import run_paper as run_legacy
+
+        title = getattr(importlib.import_module(f"flows.{slug}"), "TITLE", slug)
+        return run_legacy(slug, title, profile, seeds, "run" if phase in ("train", "evaluate") else phase, workers)
     spec = resolve_run(slug, profile, seeds)
     configure(spec.profile)
+    paper = load_paper(slug)
     paths = paper_paths(slug)
     # Temp files of a run killed mid-write (never a final output) are cleared before anything is written.
     for folder in (paths.data, paths.models, paths.reports):
@@ -143,25 +226,32 @@ def run_paper(slug: str, title: str, profile: str | None, seeds: Sequence[int] |
         prepare_data(slug, spec, str(paths.data))
     if phase == "data":
         return {"phase": "data", "data": str(paths.data)}
+    if not paths.data.is_dir():
+        raise RuntimeError(f"{slug}: no data under {paths.data}: run the data phase first "
+                           f"(python -m flows.stage {slug} --phase data)")
     device = pick_device(spec.config.device)
     import torch
 
     torch.set_num_threads(torch_threads_per_worker(min(workers, len(spec.seeds))))
+    trained = train_all_seeds(spec, paths, device) if phase in ("train", "run", "all") else None
+    if phase == "train":
+        return {"phase": "train", "models": str(paths.models)}
+    trained = trained or read_train_records(spec, paths)
     with parent_run(spec, device) as parent_id:
-        results = run_all_seeds(spec, paths, device, seed_code_version(slug))
-        for result in results:
-            marker = str(seed_result_path(paths.models, result["seed"]))
-            log_seed_run(spec, parent_id, result, device, [marker], seed_datasets(paths.data, result["seed"]))
-        made = make_figures(slug, spec.config, results, str(paths.figures), str(paths.plots))
-        rows = publish_claims(spec, parent_id, results, str(repo_root() / "tasks" / slug / "claims.yaml"),
-                              str(paths.reports), title, made)
+        evaluated = evaluate_all_seeds(spec, paths, device, trained)
+        results = derive_claim_metrics(slug, spec.config, trained, evaluated)
+        rows = publish(spec, paths, device, paper.title, results, parent_id)
     return {"phase": phase, "parent_run_id": parent_id, "verdicts": {r["id"]: r["verdict"] for r in rows}}
 
 
 def flow_options(slug: str, workers: int = WORKERS) -> dict[str, Any]:
-    """The ``@flow`` options of a paper's flow: named after the paper, seeds on a thread pool
-    (``--runner dask`` replaces it). Each ``flows/<slug>.py`` defines its own flow function, so
-    that Prefect's deployments find it at ``flows/<slug>.py:<slug>``."""
+    """The ``@flow`` options of a paper's flow: named after the paper, described by its title, seeds on
+    a thread pool (``--runner dask`` replaces it). Each ``flows/<slug>.py`` defines its own flow
+    function, so that Prefect's deployments find it at ``flows/<slug>.py:<slug>``."""
     from prefect.task_runners import ThreadPoolTaskRunner
 
-    return {"name": slug, "task_runner": ThreadPoolTaskRunner(max_workers=workers)}
+    title = getattr(importlib.import_module(f"tasks.{slug}.config"), "TITLE", slug)
+    return {"name": slug, "description": title, "task_runner": ThreadPoolTaskRunner(max_workers=workers)}
+
+
+__all__ = ["PHASES", "Paper", "Phase", "flow_options", "run_paper"]

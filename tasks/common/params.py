@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from tasks.common.env import PROFILES, repo_root
 
@@ -29,9 +29,18 @@ class ParamsError(ValueError):
 
 
 class ProfileConfig(BaseModel):
-    """Base of every paper's per-profile config: strict, immutable, no unknown keys."""
+    """Base of every config section: strict, immutable, no unknown keys."""
 
     model_config = ConfigDict(extra="forbid", frozen=True, strict=False)
+
+
+class PaperConfig(ProfileConfig):
+    """Base of a paper's whole profile section (``<slug>.<profile>``): the knobs every paper has.
+
+    ``device``: auto | cpu | cuda | mps; ``auto`` picks the best available (tasks/common/devices.py).
+    """
+
+    device: str = Field(default="auto", pattern="^(auto|cpu|cuda|mps)$")
 
 
 @dataclass(frozen=True)

@@ -6,7 +6,6 @@ by measuring (DESIGN.md section 5); the cost of a step is about 6 x parameters x
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 from pathlib import Path
 
@@ -14,6 +13,7 @@ import torch
 from transformers import GPT2Config, GPT2LMHeadModel
 
 from tasks.common.io import write_dir_with
+from tasks.common.schedules import warmup_cosine
 from tasks.common.seeding import torch_init_seed
 
 
@@ -61,9 +61,7 @@ def train_causal_lm(model: GPT2LMHeadModel, sample_batch: Callable[[torch.Genera
     """
     generator = torch.Generator().manual_seed(seed)
     optimizer = torch.optim.Adam(model.parameters(), lr=lr)
-    warmup = max(1, steps // 20)
-    schedule = torch.optim.lr_scheduler.LambdaLR(
-        optimizer, lambda s: min(1.0, (s + 1) / warmup) * 0.5 * (1 + math.cos(math.pi * s / steps)))
+    schedule = warmup_cosine(optimizer, steps)
     model.train()
     losses = []
     for step in range(steps):

@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
+
+from tests.conftest import REPO
 
 BIN = Path(sys.executable).parent
 
@@ -22,3 +25,17 @@ def run_stage(root: Path, *args: str, env: dict[str, str] | None = None, timeout
               ) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "flows.stage", *args], cwd=root, env=env or project_env(root),
                           capture_output=True, text=True, timeout=timeout)
+
+
+def copy_repository(dest):
+    files = subprocess.run(["git", "ls-files", "-co", "--exclude-standard"], cwd=REPO, capture_output=True,
+                           text=True, check=True).stdout.split()
+    for name in files:
+        src = REPO / name
+        if src.is_file() and not name.startswith(("reports/", "data/", "models/")):
+            (dest / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(src, dest / name)
+    subprocess.run(["git", "init", "-q"], cwd=dest, check=True)
+    subprocess.run(["git", "add", "-A"], cwd=dest, check=True)
+    subprocess.run(["git", "-c", "user.email=t@t", "-c", "user.name=t", "commit", "-qm", "copy"], cwd=dest,
+                   check=True)

@@ -3,30 +3,15 @@
 from __future__ import annotations
 
 import json
-import shutil
 import subprocess
 
 import pytest
 import yaml
 
 from tests.conftest import REPO
-from tests.pipeline.helpers import BIN, project_env
+from tests.pipeline.helpers import BIN, copy_repository, project_env
 
 pytestmark = pytest.mark.usefixtures("prefect_server")
-
-
-def copy_repository(dest):
-    files = subprocess.run(["git", "ls-files", "-co", "--exclude-standard"], cwd=REPO, capture_output=True,
-                           text=True, check=True).stdout.split()
-    for name in files:
-        src = REPO / name
-        if src.is_file() and not name.startswith(("reports/", "data/", "models/")):
-            (dest / name).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(src, dest / name)
-    subprocess.run(["git", "init", "-q"], cwd=dest, check=True)
-    subprocess.run(["git", "add", "-A"], cwd=dest, check=True)
-    subprocess.run(["git", "-c", "user.email=t@t", "-c", "user.name=t", "commit", "-qm", "copy"], cwd=dest,
-                   check=True)
 
 
 @pytest.fixture(scope="module")
