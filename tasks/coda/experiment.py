@@ -20,7 +20,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import torch
 from torch import nn
 
@@ -129,6 +128,30 @@ def evaluate(model: method.SequenceModel, test: Split) -> float:
     return float(task_loss(model.kind, outputs, test))
 
 
+def chance_score(kind: str, train: Split, test: Split) -> float:
+    """The score of a predictor that learned nothing from the inputs, in the units of ``evaluate``: the
+    majority training label (classification, test accuracy in percent) or the mean training target over the
+    scored steps (forecasting, masked test MSE). A parity claim can only fail if this is not at parity with the
+    reference (claims' preconditions, ``learned``)."""
+    if kind == "classify":
+        majority = int(torch.bincount(train.targets).argmax())
+        return 100.0 * float((test.targets == majority).double().mean())
+    weights = train.mask.unsqueeze(-1)
+    constant = (train.targets * weights).sum(dim=(0, 1)) / (weights.sum() + 1e-12)
+    squared = (constant - test.targets).pow(2).mean(-1)
+    return float((squared * test.mask).sum() / test.mask.sum())
+
+
+def has_converged(losses: list[float], loss_ratio: float) -> bool:
+    """Training has converged when the mean training loss a quarter of the epochs before the end (at least one
+    epoch) is within ``loss_ratio`` of the last one: the last quarter of training improved it by less than the
+    parity tolerance. One epoch alone cannot show it (False)."""
+    back = max(1, len(losses) // 4)
+    if len(losses) <= back:
+        return False
+    return losses[-1 - back] <= loss_ratio * losses[-1]
+
+
 def median_forward_seconds(model: nn.Module, batch: Split, repeats: int) -> float:
     times = []
     with torch.no_grad():
@@ -200,7 +223,8 @@ def run_model(kind: str, n_layers: int, task: data.TaskArrays, splits: tuple[Spl
            "ms_inference_batch": 1e3 * median_forward_seconds(model, timing, cfg.study.timing_repeats),
            "ms_inference_single": 1e3 * median_forward_seconds(model, test.take(slice(0, 1)),
                                                                cfg.study.timing_repeats),
-           "final_train_loss": losses[-1]} | cost_counts(model, train, test, cfg.train, cfg.study,
+           "final_train_loss": losses[-1], "converged": has_converged(losses, cfg.study.parity_mse_ratio),
+           "chance_score": chance_score(task.kind, train, test)} | cost_counts(model, train, test, cfg.train, cfg.study,
                                                           with_flops=kind in (REFERENCE, CODA))
     return model, row | {"losses": losses}
 
@@ -218,7 +242,8 @@ def convert_ltc(teacher: method.SequenceModel, task: data.TaskArrays, splits: tu
     return student, {"task": task.name, "kind": task.kind, "model": "coda_converted", "layers": len(teacher.layers),
                      "score": evaluate(student, test), "score_after_distillation": after_distill,
                      "distill_loss_last_layer": distill[-1], "seconds_total": time.perf_counter() - start,
-                     "losses": losses}
+                     "converged": has_converged(losses, cfg.study.parity_mse_ratio),
+                     "chance_score": chance_score(task.kind, train, test), "losses": losses}
 
 
 # ------------------------------------------------------------------------------------------------
@@ -230,6 +255,26 @@ def at_parity(kind: str, coda_score: float, ltc_score: float, study: StudyConfig
     if kind == "classify":
         return coda_score >= ltc_score - study.parity_accuracy_points
     return coda_score <= study.parity_mse_ratio * ltc_score
+
+
+def learned(row: dict, study: StudyConfig) -> bool:
+    """The model learned its task above chance, with the parity tolerance as the margin: a predictor that
+    learned nothing (``chance_score``) is NOT at parity with it, so a parity test against it can fail."""
+    return not at_parity(row["kind"], row["chance_score"], row["score"], study)
+
+
+def parity_metrics(pairs: list[tuple[dict, dict]], study: StudyConfig, fraction: str, trials: str, count: str,
+                   learned_name: str, converged_name: str) -> dict[str, float]:
+    """Per-seed metrics of one parity claim over (candidate, reference) pairs, one per task: the fraction at
+    parity and its count, and the preconditions' counts (reference learned above chance; candidate and reference
+    both converged), each with its fraction. Counts are integers (as floats): the claims pool them over seeds
+    (binomial interval); ``trials`` is the number of pairs."""
+    n = float(len(pairs))
+    at = float(sum(at_parity(ref["kind"], cand["score"], ref["score"], study) for cand, ref in pairs))
+    know = float(sum(learned(ref, study) for _, ref in pairs))
+    done = float(sum(bool(cand["converged"]) and bool(ref["converged"]) for cand, ref in pairs))
+    return {fraction: at / n, count: at, trials: n, f"{learned_name}_count": know, f"{learned_name}_fraction": know / n,
+            f"{converged_name}_count": done, f"{converged_name}_fraction": done / n}
 
 
 def five_of_six_quantile(values: list[float]) -> float:
@@ -270,19 +315,21 @@ def claim_metrics(rows: list[dict], cfg: CodaConfig) -> dict[str, float]:
             [coda[t]["ms_train_step_paired"] / ltc[t]["ms_train_step_paired"] for t in tasks]),
         "measured_inference_time_ratio_coda_over_ltc_max": max(
             coda[t]["ms_inference_batch_paired"] / ltc[t]["ms_inference_batch_paired"] for t in tasks),
-        # accuracy parity (brief (b)3; claim C3a)
-        "parity_fraction": float(np.mean([at_parity(ltc[t]["kind"], coda[t]["score"], ltc[t]["score"], cfg.study)
-                                          for t in tasks])),
     }
+    # accuracy parity (brief (b)3; claims C3a, C3e), with the counts the binomial interval and preconditions pool
+    metrics |= parity_metrics([(coda[t], ltc[t]) for t in tasks], cfg.study, "parity_fraction", "parity_trials",
+                              "parity_count", "ltc_learned", "ltc_coda_converged")
     references = {t: best_baseline(rows, t, cfg.study.baselines) for t in tasks}
     if all(ref is not None for ref in references.values()):
-        metrics["parity_fraction_vs_best_baseline"] = float(np.mean([
-            at_parity(ltc[t]["kind"], coda[t]["score"], references[t]["score"], cfg.study) for t in tasks]))
+        metrics |= parity_metrics([(coda[t], references[t]) for t in tasks], cfg.study,
+                                  "parity_fraction_vs_best_baseline", "parity_trials", "parity_vs_best_baseline_count",
+                                  "best_baseline_learned", "best_baseline_coda_converged")
     for row in rows:
         if "nfe_per_step" in row:
             metrics[f"nfe_per_step_{row['model']}_L{row['layers']}"] = row["nfe_per_step"]
         unit = "acc" if row["kind"] == "classify" else "mse"
         metrics[f"{unit}_{row['task']}_{row['model']}_L{row['layers']}"] = row["score"]
+        metrics[f"{unit}_{row['task']}_chance"] = row["chance_score"]  # the same for every model of a task
     if "lorenz" in tasks:
         metrics["mse_ratio_coda_over_ltc_lorenz"] = coda["lorenz"]["score"] / ltc["lorenz"]["score"]
     two = cfg.study.two_layer_tasks
@@ -296,14 +343,14 @@ def claim_metrics(rows: list[dict], cfg: CodaConfig) -> dict[str, float]:
                               / (ltc[t]["ms_train_step_paired"] / coda[t]["ms_train_step_paired"]))
         metrics["flops_speedup_2layer_over_1layer_min"] = min(flop_gains)
         metrics["measured_speedup_2layer_over_1layer_min"] = min(time_gains)  # brief (b)4; claim C3c
-        metrics["two_layer_parity_fraction"] = float(np.mean([
-            at_parity(ltc[t]["kind"], find(rows, t, CODA, 2)["score"], find(rows, t, REFERENCE, 2)["score"],
-                      cfg.study) for t in two]))
+        metrics |= parity_metrics([(find(rows, t, CODA, 2), find(rows, t, REFERENCE, 2)) for t in two], cfg.study,
+                                  "two_layer_parity_fraction", "two_layer_trials", "two_layer_parity_count",
+                                  "ltc_L2_learned", "two_layer_converged")  # claim C3b
     converted = [r for r in rows if r["model"] == "coda_converted"]
-    if converted:
-        metrics["converted_parity_fraction"] = float(np.mean([
-            at_parity(r["kind"], r["score"], find(rows, r["task"], REFERENCE, r["layers"])["score"], cfg.study)
-            for r in converted]))  # each converted model against its own teacher (same depth)
+    if converted:  # claim C3d: each converted model against its own teacher (same depth)
+        metrics |= parity_metrics([(r, find(rows, r["task"], REFERENCE, r["layers"])) for r in converted], cfg.study,
+                                  "converted_parity_fraction", "converted_trials", "converted_parity_count",
+                                  "teacher_learned", "converted_converged")
     return metrics
 
 

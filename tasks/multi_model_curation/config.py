@@ -18,7 +18,6 @@ class AnalyticConfig(ProfileConfig):
 
     rounds: int = Field(ge=10, description="iterations of F for a fixed point (the brief: 2000)")
     divergent_rounds: int = Field(ge=10, description="rounds of the divergent config before it is judged")
-    burn_in: int = Field(ge=0, description="C2: A(t) must be non-decreasing after this round")
     jacobian_step: float = Field(gt=0, le=1e-2)
     influence_step: float = Field(gt=0, le=0.5)
     isolated_betas: list[float] = Field(min_length=3, description="C2 beta grid of the isolated loop")
@@ -35,8 +34,6 @@ class AnalyticConfig(ProfileConfig):
                              f"lambda = 0.2), got {self.coupling_grid}")
         if not _strictly_increasing(self.heatmap_betas) or self.heatmap_betas[0] < 0:
             raise ValueError(f"heatmap_betas must be >= 0 and strictly increasing, got {self.heatmap_betas}")
-        if self.burn_in >= self.rounds:
-            raise ValueError(f"burn_in ({self.burn_in}) must be < rounds ({self.rounds})")
         return self
 
 
@@ -50,6 +47,8 @@ class SampledConfig(ProfileConfig):
     k_small: int = Field(ge=2, description="the brief's K = 16")
     k_large: int = Field(ge=2, description="the brief's K = 64 (C1 agreement with K -> infinity)")
     isolated_betas: list[float] = Field(min_length=2, description="C2 beta grid, sampled at k_large")
+    divergent_replicates: int = Field(ge=1, description="C1d: independent sampled loops of the divergent config "
+                                                        "per seed (the trials of its binomial count)")
 
     @model_validator(mode="after")
     def _sizes(self) -> SampledConfig:

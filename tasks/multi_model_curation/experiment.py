@@ -63,18 +63,29 @@ def convergence_metrics(cfg: AnalyticConfig) -> tuple[dict[str, float], dict[str
 
 
 def isolated_metrics(cfg: AnalyticConfig) -> tuple[dict[str, float], dict[str, list[float]], list[dict]]:
-    """C2 on the K -> infinity recursion: A* increases with beta; A(t) is monotone after burn-in."""
+    """C2 on the K -> infinity recursion: A* increases with beta; A(t) is monotone from round 0.
+
+    The monotonicity is measured on every curating beta of the grid over the whole trajectory from
+    the real-data start (round 0), so the transient, where A(t) actually moves, is included: from
+    beta = 5 on the trajectory reaches its fixed point in under 20 rounds, so a burn-in would leave
+    only exact zeros to check. ``c2_isolated_min_first_step`` shows the size of the first step."""
     rows = []
+    steps, first_steps = [], []
+    top_trajectory = None
     for beta in cfg.isolated_betas:
         spec = method.isolated_spec("isolated", ISOLATED_C2["real_share"], beta, ISOLATED_C2["target"])
         rows.append({"beta": beta, "analytic_A": float(method.fixed_point(spec, cfg.rounds, TOL).alignment[0])})
+        if beta > 0:
+            trajectory = method.iterate_analytic(spec, cfg.rounds).alignment[:, 0]
+            step = np.diff(trajectory)
+            steps.append(float(step.min()))
+            first_steps.append(float(step[0]))
+            top_trajectory = trajectory
     increments = np.diff([r["analytic_A"] for r in rows])
-    top = method.isolated_spec("isolated", ISOLATED_C2["real_share"], cfg.isolated_betas[-1], ISOLATED_C2["target"])
-    trajectory = method.iterate_analytic(top, cfg.rounds).alignment[:, 0]
-    steps_after = np.diff(trajectory[cfg.burn_in:])
     metrics = {"c2_isolated_min_increment_analytic": float(increments.min()),
-               "c2_isolated_min_step_after_burn_in": float(steps_after.min())}
-    return metrics, {"analytic_isolated_A": trajectory[:200].tolist()}, rows
+               "c2_isolated_min_step_from_round0": min(steps),
+               "c2_isolated_min_first_step": min(first_steps)}
+    return metrics, {"analytic_isolated_A": top_trajectory[:200].tolist()}, rows
 
 
 def analytic_chords(cfg: AnalyticConfig) -> dict[str, np.ndarray]:
@@ -198,31 +209,44 @@ def sampled_isolated(cfg: SampledConfig, seed: int, real: method.RealData) -> tu
     return {"c2_isolated_min_increment_sampled": float(increments.min())}, rows
 
 
-def self_invert_isolated_chord(cfg: SampledConfig, seed: int, real: method.RealData) -> float:
-    """The isolated counterpart of self-invert's model 1 (W = [[.53]], lambda = .47) at k_large."""
+def self_invert_isolated_chord(cfg: SampledConfig, seed: int, real: method.RealData, k: int) -> float:
+    """The isolated counterpart of self-invert's model 1 (W = [[.53]], lambda = .47) at K = ``k``:
+    the control that the same curation improves the model when it is alone."""
     spec = method.canonical_specs()["self_invert_isolated"]
     low, high = BETA1_RANGE["self_invert"]
     ends = []
     for beta in (low, high):
-        trajectory = method.iterate_sampled(spec.with_beta(np.array([beta])), cfg.rounds, cfg.k_large,
-                                            cfg.n_samples, real, loop_rng(seed, 4, cfg.k_large))
+        trajectory = method.iterate_sampled(spec.with_beta(np.array([beta])), cfg.rounds, k,
+                                            cfg.n_samples, real, loop_rng(seed, 4, k))
         ends.append(float(method.stationary_alignment(trajectory, cfg.burn_in)[0]))
     return (ends[1] - ends[0]) / (high - low)
 
 
 def sampled_divergent(cfg: SampledConfig, seed: int, real: method.RealData) -> tuple[dict[str, float], list[float]]:
-    """The divergent config sampled at k_small: variance below 1e-2 and still falling is flagged."""
+    """The divergent config sampled at k_small, ``cfg.divergent_replicates`` independent loops per seed:
+    a loop whose variance is below 1e-2 and still falling is flagged. Returns the count of flagged
+    loops and of loops (the binomial counts of claim C1d) and the first loop's variance curve.
+
+    The divergent config has lambda = 0, so the loops never read the real data set: the replicates
+    of one seed are independent draws of the same experiment."""
     spec = method.canonical_specs()["divergent"]
-    trajectory = method.iterate_sampled(spec, cfg.rounds, cfg.k_small, cfg.n_samples, real,
-                                        loop_rng(seed, 5, cfg.k_small))
-    v = trajectory.v.min(axis=1)
-    # The sampled variances are noisy: compare the mean of the last window of rounds with the window
-    # before it. The sample loop has no Jacobian, so only the variance criteria of the flag apply.
-    window = max(1, min(5, cfg.rounds // 4))
-    v_last = trajectory.v[-window:].mean(axis=0)
-    v_before = trajectory.v[-2 * window:-window].mean(axis=0)
-    flagged = method.divergence_flag(0.0, v_last, v_before)
-    return {"c1_divergent_sampled_flagged": float(flagged), "divergent_sampled_final_var": float(v[-1])}, v.tolist()
+    flagged_count = 0
+    first_v: np.ndarray | None = None
+    for replicate in range(cfg.divergent_replicates):
+        stream = (seed, 5, cfg.k_small) if replicate == 0 else (seed, 5, cfg.k_small, replicate)
+        trajectory = method.iterate_sampled(spec, cfg.rounds, cfg.k_small, cfg.n_samples, real, loop_rng(*stream))
+        # The sampled variances are noisy: compare the mean of the last window of rounds with the window
+        # before it. The sample loop has no Jacobian, so only the variance criteria of the flag apply.
+        window = max(1, min(5, cfg.rounds // 4))
+        v_last = trajectory.v[-window:].mean(axis=0)
+        v_before = trajectory.v[-2 * window:-window].mean(axis=0)
+        flagged_count += int(method.divergence_flag(0.0, v_last, v_before))
+        if first_v is None:
+            first_v = trajectory.v.min(axis=1)
+    return {"c1_divergent_sampled_flagged_count": float(flagged_count),
+            "c1_divergent_sampled_runs": float(cfg.divergent_replicates),
+            "c1_divergent_sampled_rate": flagged_count / cfg.divergent_replicates,
+            "divergent_sampled_final_var": float(first_v[-1])}, first_v.tolist()
 
 
 def neural_metrics(cfg: NeuralConfig, analytic: AnalyticConfig, seed: int, real: method.RealData,
@@ -303,7 +327,8 @@ def run_seed(config: MultiModelCurationConfig, seed: int, data_dir: Path, model_
         iso_sampled, iso_sampled_rows = sampled_isolated(config.sampled, seed, real_1d)
         metrics |= iso_sampled
         tables["isolated_beta_grid_sampled"] = iso_sampled_rows
-        metrics["self_invert_isolated_dA_klarge"] = self_invert_isolated_chord(config.sampled, seed, real_1d)
+        for label, k in (("ksmall", config.sampled.k_small), ("klarge", config.sampled.k_large)):
+            metrics[f"self_invert_isolated_dA_{label}"] = self_invert_isolated_chord(config.sampled, seed, real_1d, k)
         divergent, divergent_var = sampled_divergent(config.sampled, seed, real_1d)
         metrics |= divergent
         curves["sampled_divergent_min_var"] = divergent_var

@@ -219,6 +219,17 @@ def test_write_data_files(smoke_run):
     assert not [p for p in (root / "data").iterdir() if p.name.endswith(".partial")]
 
 
+def claim_metric_names(claim) -> list[str]:
+    """Every metric a claim reads: its own, its counts, and its preconditions' metrics and counts."""
+    names = []
+    for measured in [claim, *claim.preconditions]:
+        if measured.metric is not None:
+            names.append(measured.metric)
+        if measured.counts is not None:
+            names += [measured.counts.successes, measured.counts.trials]
+    return names
+
+
 def test_run_seed_returns_every_claim_metric_of_its_profile(smoke_run):
     cfg, _, _, results = smoke_run
     claims = load_claims(TASK_DIR / "claims.yaml")
@@ -226,9 +237,26 @@ def test_run_seed_returns_every_claim_metric_of_its_profile(smoke_run):
         assert set(result) == {"seed", "metrics", "curves", "tables"}
         for claim in claims:
             if "smoke" in claim.profiles:
-                assert claim.metric in result["metrics"], claim.id
+                for name in claim_metric_names(claim):
+                    assert name in result["metrics"], (claim.id, name)
         assert all(isinstance(v, float) and math.isfinite(v) for v in result["metrics"].values())
-    assert results[0]["metrics"]["c1_coverage_rate"] == 1.0
+    m = results[0]["metrics"]
+    assert m["c1_coverage_rate"] == 1.0 and m["c1_covered_runs"] == m["c1_runs"] == 2.0  # needle2d, branin
+    assert m["c2_volume_max_increase"] == 0.0
+
+
+def test_rates_are_their_counts_over_trials(smoke_run):
+    """Every per-seed rate a binomial claim reads equals successes / trials, and the counts are integers."""
+    _, _, _, results = smoke_run
+    for claim in load_claims(TASK_DIR / "claims.yaml"):
+        for measured in [claim, *claim.preconditions]:
+            if measured.counts is None or "smoke" not in claim.profiles:
+                continue
+            for result in results:
+                m = result["metrics"]
+                k, n = m[measured.counts.successes], m[measured.counts.trials]
+                assert k == round(k) and n == round(n) and 0 <= k <= n and n >= 1, claim.id
+                assert m[measured.metric] == pytest.approx(k / n), claim.id
 
 
 def test_every_claim_metric_is_produced_by_a_config_with_every_section(tmp_path):
@@ -242,8 +270,14 @@ def test_every_claim_metric_is_produced_by_a_config_with_every_section(tmp_path)
     experiment.write_data(cfg, (0,), tmp_path / "data")
     result = experiment.run_seed(cfg, 0, tmp_path / "data", tmp_path / "models")
     for claim in load_claims(TASK_DIR / "claims.yaml"):
-        if claim.metric is not None:
-            assert claim.metric in result["metrics"], claim.id
+        for name in claim_metric_names(claim):
+            assert name in result["metrics"], (claim.id, name)
+    m = result["metrics"]
+    for rate, k, n in [("c4_tr_win_rate_vs_random", "c4_tr_wins_vs_random", "c4_tr_runs"),
+                       ("c5_hybrid_win_rate_vs_cgp", "c5_hybrid_wins_vs_cgp", "c5_hybrid_runs"),
+                       ("c1_zero_radius_failure_rate", "c1_zero_radius_failures", "c1_zero_radius_runs")]:
+        assert m[rate] == pytest.approx(m[k] / m[n])
+    assert m["c4_tr_runs"] == 1.0 and m["c5_hybrid_runs"] == 3.0 and m["c1_zero_radius_runs"] == 1.0
 
 
 def test_run_seed_is_deterministic(smoke_run):
@@ -269,7 +303,8 @@ def test_run_seed_rejects_data_written_for_another_config(smoke_run):
 def test_claim_metric_helpers():
     assert experiment.covered_throughout([0.1, 0.0, 0.2])
     assert not experiment.covered_throughout([0.1, -0.01, 0.2])
-    assert experiment.covered_throughout([0.1, -0.01, 0.2], start=2)
+    assert experiment.covered_throughout([0.1, -0.01, 0.2], 3)  # from step 3 (1-based, inclusive) on
+    assert not experiment.covered_throughout([0.1, -0.01, 0.2], 2)
     volume = 1.0 / np.arange(1, 101) ** 0.5
     volume[:9] = 1.0
     assert experiment.loglog_slope(volume) == pytest.approx(-0.5, abs=1e-9)
@@ -302,3 +337,53 @@ def test_c6_cross_seed_medians():
     assert rows["a", "cgp"]["median_final_regret"] == pytest.approx(0.2)
     assert rows["a", "hoo"]["median_final_regret"] == pytest.approx(0.4)
     assert rows["a", "hoo"]["cgp_median_le"] and not rows["b", "hoo"]["cgp_median_le"]
+
+
+# ------------------------------------------------------------------------------------------------
+# C3a: eventual coverage of CGP-Adaptive (issue 14: the check skipped the doubling step and read an
+# empty range as covered when the last doubling was the last step)
+# ------------------------------------------------------------------------------------------------
+
+
+def test_eventual_coverage_checks_the_doubling_step_and_never_an_empty_range():
+    """Margins U_t(x*) - l_t after steps 1..3; the step argument is the step of the last doubling.
+
+    The old ``covered_throughout(margins, start)`` sliced ``margins[start:]``: with the last doubling at
+    step 3 = T it read ``[]`` and said covered although x* was pruned at step 3, and with the doubling at
+    step 2 it read only step 3 and missed the pruning at step 2. Both calls return True on the old code."""
+    pruned_at_the_last_step = [0.1, 0.1, -0.5]
+    assert not experiment.covered_throughout(pruned_at_the_last_step, 3)
+    pruned_at_the_doubling_step = [0.1, -0.5, 0.2]
+    assert not experiment.covered_throughout(pruned_at_the_doubling_step, 2)
+    assert not experiment.eventual_coverage(pruned_at_the_last_step, [1, 3])
+    assert not experiment.eventual_coverage(pruned_at_the_doubling_step, [2])
+    assert experiment.eventual_coverage(pruned_at_the_doubling_step, [3])  # pruned before the last doubling
+    assert not experiment.eventual_coverage(pruned_at_the_doubling_step, [])  # no doubling: the whole run
+    for bad in (0, 4):
+        with pytest.raises(ValueError, match="from_step"):
+            experiment.covered_throughout([0.1, 0.1, 0.1], bad)
+
+
+def test_doubling_steps_index_the_first_post_doubling_margin():
+    """The step CGP-Adaptive records for a doubling is the step t of the trace whose margin already uses the
+    final L_hat (the doubling happens inside tell of step t), so eventual coverage must include it."""
+    from tasks.certificate_pruning import method
+
+    def tent(x):
+        return 1.0 - 2.0 * np.abs(np.atleast_2d(x)[:, 0] - 0.3)
+
+    bench = data.Benchmark("tent", 1, tent, np.array([0.3]), 2.0)
+    cgp = method.AdaptiveCGP(1, method.CGPSettings(1.0, noise_sd=0.0, pool_size=256), seed=0, initial_lipschitz=0.25)
+    lipschitz_after_step = []
+    original_tell = cgp.tell
+
+    def tell(x, y):
+        original_tell(x, y)
+        lipschitz_after_step.append(cgp.lipschitz)
+
+    cgp.tell = tell
+    trace = experiment.trace_cgp(cgp, bench, lambda x: float(tent(x)[0]), budget=30, stop_gap=1e-9)
+    assert cgp.doubling_steps and len(trace.margin) == 30
+    last = cgp.doubling_steps[-1]
+    assert lipschitz_after_step[last - 1] == cgp.lipschitz > lipschitz_after_step[last - 2]
+    assert experiment.eventual_coverage(trace.margin, cgp.doubling_steps)  # noise-free, final L_hat >= 2

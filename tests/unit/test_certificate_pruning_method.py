@@ -174,12 +174,33 @@ def test_a3_negative_control_a_quarter_of_l_breaks_the_certificate(name, dim, fn
     assert certificate_violations(dim, fn, lipschitz / 4, x_star, f_star) != []
 
 
-def test_active_set_is_monotone_even_when_the_envelope_rises():
-    """A_t is intersected with A_{t-1}: a point pruned once stays pruned."""
+def pruned_points_come_back() -> bool:
+    """After the exact tent envelope prunes (0.6, 1], a low re-sample at x = 0 lowers l_t from 0.4 to 0.0,
+    so {U_t >= l_t} grows to [0, 0.8]: True when a pruned pool point is active again (Vol(A_t) rose)."""
     cgp = tent_cgp()
     pruned = ~cgp.active.copy()
-    cgp.tell(np.array([1.0]), 5.0)  # a (noise-free-impossible) high value raises U to the right
-    assert not np.any(cgp.active[pruned])
+    volume = cgp.active_fraction
+    assert 0 < pruned.sum() < pruned.size  # something was pruned, not everything
+    cgp.tell(np.array([0.0]), -0.4)  # the mean at 0 drops to 0.0
+    assert cgp.unintersected_fraction > volume + 0.1  # the un-intersected set did grow: the check is not vacuous
+    return bool(np.any(cgp.active[pruned])) or cgp.active_fraction > volume
+
+
+def test_active_set_is_monotone_even_when_the_envelope_rises():
+    """Claim C2d (identity): A_t is intersected with A_{t-1}, a point pruned once stays pruned."""
+    assert not pruned_points_come_back()
+
+
+def test_active_set_negative_control_without_the_intersection_grows(monkeypatch):
+    """The library's pruning broken to A_t = {U_t >= l_t} (no intersection with A_{t-1}): the volume rises."""
+
+    def prune_without_intersection(self):
+        self._pool_upper = m.upper_envelope(self._pool_distances.matrix, self.samples.means + self.radii,
+                                            self.lipschitz)
+        self.active[:] = self._pool_upper >= self.lower
+
+    monkeypatch.setattr(m.CertificateGuidedPruning, "_prune", prune_without_intersection)
+    assert pruned_points_come_back()
 
 
 def test_unintersected_set_can_grow_while_the_active_set_cannot():

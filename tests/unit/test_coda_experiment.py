@@ -107,7 +107,12 @@ def test_write_data_outputs(smoke_run):
 def test_run_seed_returns_every_claim_metric(smoke_run):
     _, root, _, result = smoke_run
     claims = load_claims(TASK_DIR / "claims.yaml")
-    needed = {c.metric for c in claims if c.metric is not None and c.profiles != ["paper"]}
+    needed = set()
+    for c in claims:
+        if c.metric is not None and c.profiles != ["paper"]:
+            for measured in [c, *c.preconditions]:
+                needed |= {measured.metric} | ({measured.counts.successes, measured.counts.trials}
+                                               if measured.counts else set())
     assert needed <= set(result["metrics"]), needed - set(result["metrics"])
     assert all(isinstance(v, float) and np.isfinite(v) for v in result["metrics"].values())
     assert result["metrics"]["nfe_ratio_ltc_over_coda"] == 6.0
@@ -199,10 +204,10 @@ def test_token_blocks_and_missing_blocks():
 # Claim metrics: planted rows, the trained-block checks and their negative control, input checks
 # ----------------------------------------------------------------------------------------------------
 
-def _row(task, model, layers, score, kind="forecast", ms=1.0):
+def _row(task, model, layers, score, kind="forecast", ms=1.0, chance=10.0, converged=True):
     return {"task": task, "kind": kind, "model": model, "layers": layers, "score": score, "nfe_per_step": 1.0,
             "train_step_flops": 1.0, "inference_flops": 1.0, "ms_train_step_paired": ms,
-            "ms_inference_batch_paired": ms}
+            "ms_inference_batch_paired": ms, "chance_score": chance, "converged": converged}
 
 
 def test_claim_metrics_on_planted_rows():
@@ -219,6 +224,58 @@ def test_claim_metrics_on_planted_rows():
     assert metrics["converted_parity_fraction"] == 0.5  # each against its own-depth teacher: L1 yes, L2 no
     assert metrics["measured_train_time_ratio_coda_over_ltc_5of6"] == 0.2
     assert metrics["measured_speedup_2layer_over_1layer_min"] == 2.0  # (20/2) / (10/2)
+    # the binomial claims' counts (one task: one trial each) and their preconditions
+    assert (metrics["parity_count"], metrics["parity_trials"]) == (1.0, 1.0)
+    assert metrics["parity_vs_best_baseline_count"] == 0.0
+    assert (metrics["two_layer_parity_count"], metrics["two_layer_trials"]) == (0.0, 1.0)
+    assert (metrics["converted_parity_count"], metrics["converted_trials"]) == (1.0, 2.0)
+    for name in ("ltc_learned", "best_baseline_learned", "ltc_L2_learned", "ltc_coda_converged",
+                 "best_baseline_coda_converged", "two_layer_converged"):
+        assert (metrics[f"{name}_count"], metrics[f"{name}_fraction"]) == (1.0, 1.0), name
+    assert (metrics["teacher_learned_count"], metrics["converted_converged_count"]) == (2.0, 2.0)
+    assert metrics["mse_lotka_volterra_chance"] == 10.0
+
+
+def test_parity_preconditions_count_a_reference_at_chance_and_an_unconverged_model():
+    cfg = smoke_config()
+    cfg = cfg.model_copy(update={"study": cfg.study.model_copy(update={"baselines": ["gru"]})})
+    # the LTC scores 1.0 and a mean-target predictor 1.05: chance is at parity with it (1.05 <= 1.1), so CoDA's
+    # parity with it is no evidence; the 2-layer CoDA has not converged
+    rows = [_row("lotka_volterra", "ltc", 1, 1.0, chance=1.05), _row("lotka_volterra", "coda", 1, 1.0, chance=1.05),
+            _row("lotka_volterra", "gru", 1, 0.5, chance=1.05),
+            _row("lotka_volterra", "ltc", 2, 0.5, chance=1.05),
+            _row("lotka_volterra", "coda", 2, 0.5, chance=1.05, converged=False),
+            _row("lotka_volterra", "coda_converted", 1, 1.0, chance=1.05)]
+    metrics = experiment.claim_metrics(rows, cfg)
+    assert metrics["parity_count"] == 1.0 and metrics["ltc_learned_count"] == 0.0
+    assert metrics["best_baseline_learned_count"] == 1.0  # 1.05 > 1.1 x 0.5: the GRU learned
+    assert metrics["ltc_L2_learned_count"] == 1.0 and metrics["two_layer_converged_count"] == 0.0
+    assert metrics["teacher_learned_count"] == 0.0 and metrics["converted_converged_count"] == 1.0
+    # classification: learned means chance accuracy < the reference's accuracy - 2 points
+    study = cfg.study
+    assert experiment.learned(_row("t", "ltc", 1, 40.0, kind="classify", chance=37.9), study)
+    assert not experiment.learned(_row("t", "ltc", 1, 40.0, kind="classify", chance=38.0), study)
+
+
+def test_chance_score_is_the_majority_class_or_the_mean_target():
+    labels = experiment.Split(torch.zeros(5, 2, 1), torch.ones(5, 2), torch.tensor([0, 1, 1, 2, 1]), torch.ones(5, 2))
+    test = experiment.Split(torch.zeros(4, 2, 1), torch.ones(4, 2), torch.tensor([1, 1, 0, 2]), torch.ones(4, 2))
+    assert experiment.chance_score("classify", labels, test) == 50.0  # majority class 1: 2 of 4 test labels
+    # forecasting: the constant is the mean over the SCORED training steps only (mask), per output dimension
+    targets = torch.tensor([[[1.0], [100.0]], [[3.0], [100.0]]])  # the unscored step holds 100
+    train = experiment.Split(torch.zeros(2, 2, 1), torch.ones(2, 2), targets, torch.tensor([[1.0, 0.0], [1.0, 0.0]]))
+    test = experiment.Split(torch.zeros(1, 2, 1), torch.ones(1, 2), torch.tensor([[[2.0], [5.0]]]),
+                            torch.tensor([[0.0, 1.0]]))
+    assert experiment.chance_score("forecast", train, test) == pytest.approx(9.0)  # (5 - 2)^2 on the scored step
+
+
+def test_convergence_compares_the_loss_a_quarter_of_training_earlier():
+    assert experiment.has_converged([4.0, 2.0, 1.1, 1.05], 1.1)  # 8 epochs -> 2 back; here 4 epochs -> 1 back
+    assert not experiment.has_converged([4.0, 2.0, 1.2, 1.0], 1.1)  # the last epoch still gained 20%
+    assert experiment.has_converged([9, 9, 9, 9, 9, 9, 1.05, 1.0], 1.1) is False  # 2 back: 9 vs 1.0
+    assert experiment.has_converged([9, 9, 9, 9, 9, 1.1, 1.05, 1.0], 1.1)  # 2 back: 1.1 <= 1.1 x 1.0
+    assert experiment.has_converged([2.0, 2.5], 1.1)  # a loss that rose is not still falling
+    assert not experiment.has_converged([1.0], 1.1)  # one epoch cannot show convergence
 
 
 def test_linear_ode_checks_on_blocks_and_their_negative_control(monkeypatch):

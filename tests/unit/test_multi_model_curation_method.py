@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from scipy import optimize
 
 from tasks.common.params import params_section
 from tasks.multi_model_curation import baselines, experiment, method
@@ -24,6 +25,40 @@ REFERENCE = {
     ("self_invert_isolated", 4.0): [-2.953],
 }
 REFERENCE_RADIUS = {"isolated": 0.196, "dampen": 0.404, "cross_invert": 0.357, "self_invert": 0.340}
+# The isolated counterpart of self-invert (W = [[.53]], lambda = .47, beta = 4, mu = -3.36): closed-form
+# Jacobian radius at its fixed point (test_convergent_radii_reference_values).
+SELF_INVERT_ISOLATED_RADIUS = 0.0953
+
+
+# ------------------------------------------------------------------------------------------------
+# Independent closed form of the isolated 1-D map (brief, "Closed form"), written out here so the
+# reference claims are checked against algebra that does not call the library.
+# ------------------------------------------------------------------------------------------------
+
+def isolated_map(m, v, lam, beta, mu, mu0=0.0, s0=1.0):
+    v_bar = 1.0 / (1.0 / v + beta)
+    m_bar = v_bar * (m / v + beta * mu)
+    m_new = lam * mu0 + (1 - lam) * m_bar
+    return m_new, lam * (s0**2 + mu0**2) + (1 - lam) * (v_bar + m_bar**2) - m_new**2
+
+
+def isolated_fixed_point(lam, beta, mu):
+    """Root of (m, v) = map(m, v) by Newton-type root finding from (mu / 2, 0.5)."""
+    root = optimize.fsolve(lambda z: np.array(isolated_map(z[0], z[1], lam, beta, mu)) - z, [mu / 2, 0.5],
+                           xtol=1e-14)
+    return float(root[0]), float(root[1])
+
+
+def isolated_jacobian(m, v, lam, beta, mu):
+    """The map's Jacobian in (m, v), differentiated by hand."""
+    d = 1 + beta * v
+    m_bar = (m + beta * mu * v) / d
+    m_new = (1 - lam) * m_bar
+    dmbar_dm, dmbar_dv, dvbar_dv = 1 / d, beta * (mu - m) / d**2, 1 / d**2
+    dm_dm, dm_dv = (1 - lam) * dmbar_dm, (1 - lam) * dmbar_dv
+    dv_dm = (1 - lam) * 2 * m_bar * dmbar_dm - 2 * m_new * dm_dm
+    dv_dv = (1 - lam) * (dvbar_dv + 2 * m_bar * dmbar_dv) - 2 * m_new * dm_dv
+    return np.array([[dm_dm, dm_dv], [dv_dm, dv_dv]])
 
 
 def at_beta1(name: str, beta1: float) -> method.LoopSpec:
@@ -62,6 +97,29 @@ def test_reference_alignment_values(key, expected):
 @pytest.mark.parametrize(("name", "radius"), list(REFERENCE_RADIUS.items()))
 def test_reference_spectral_radius(name, radius):
     assert abs(method.fixed_point(SPECS[name], max_rounds=2000).radius - radius) < 1e-3
+
+
+def test_convergent_radii_reference_values(monkeypatch):
+    """Claim C1a (reference): the Jacobian spectral radius at the five convergent canonical configs.
+    The isolated configs' radii equal the radius of the hand-differentiated closed-form Jacobian at
+    the closed-form fixed point; the coupled ones the brief's values; the experiment's maximum is
+    dampen's 0.404 < 1. Negative control: the library refit without the real-data term makes the
+    isolated loop a pure self-consuming loop, whose radius goes to 1 (no contraction)."""
+    for name, (lam, beta, mu), radius in (("isolated", (0.2, 5.0, 2.0), REFERENCE_RADIUS["isolated"]),
+                                          ("self_invert_isolated", (0.47, 4.0, -3.36), SELF_INVERT_ISOLATED_RADIUS)):
+        m, v = isolated_fixed_point(lam, beta, mu)
+        exact = method.spectral_radius(isolated_jacobian(m, v, lam, beta, mu))
+        assert exact == pytest.approx(radius, abs=1e-3)
+        assert method.fixed_point(SPECS[name], max_rounds=2000).radius == pytest.approx(exact, abs=1e-7)
+    metrics, _ = experiment.convergence_metrics(ANALYTIC)
+    for name, radius in REFERENCE_RADIUS.items():
+        assert metrics[f"radius_{name}"] == pytest.approx(radius, abs=1e-3)
+    assert metrics["c1_max_radius_convergent"] == pytest.approx(0.4043, abs=1e-4)
+    assert metrics["c1_max_radius_convergent"] == metrics["radius_dampen"] < 1.0
+    monkeypatch.setattr(method, "moment_refit", refit_without_real_data)
+    with np.errstate(all="ignore"):
+        broken = method.fixed_point(SPECS["isolated"], max_rounds=2000)
+    assert broken.radius > 0.999 and broken.diverged
 
 
 def test_inversion_signs_of_the_reference_configs():
@@ -169,6 +227,43 @@ def test_isolated_a_star_increases_in_beta():
     assert isolated_a_star_increasing(ANALYTIC)
 
 
+def test_isolated_fixed_points_solve_the_closed_form():
+    """Claim C2a (reference): A*(beta) of the isolated loop (lambda = 0.2, mu_H = 2) on the cpu beta grid
+    equals A = -((m - mu)^2 + v)/2 at the root of the closed-form fixed-point equations (solved here
+    without the library); the smallest increment is 0.0318 (beta 5 -> 10). The negative control (the
+    wrong tilt sign breaks the increase) is test_wrong_tilt_sign_breaks_the_isolated_monotonicity_check."""
+    metrics, _, rows = experiment.isolated_metrics(ANALYTIC)
+    exact = []
+    for row in rows:
+        m, v = isolated_fixed_point(0.2, row["beta"], 2.0)
+        exact.append(-((m - 2.0) ** 2 + v) / 2)
+        assert row["analytic_A"] == pytest.approx(exact[-1], abs=1e-9), row
+    assert exact[0] == pytest.approx(-2.5, abs=1e-12)  # beta = 0: the real data N(0, 1)
+    assert dict(zip(ANALYTIC.isolated_betas, exact))[5.0] == pytest.approx(-0.568, abs=1e-3)  # the brief's value
+    assert metrics["c2_isolated_min_increment_analytic"] == pytest.approx(min(np.diff(exact)), abs=1e-9)
+    assert metrics["c2_isolated_min_increment_analytic"] == pytest.approx(0.031768, abs=1e-6)
+
+
+def test_isolated_alignment_rises_monotonically_from_round_zero(monkeypatch):
+    """Claim C2b (reference): from the real-data start (round 0), A(t) of the isolated loop never falls,
+    for every curating beta of the cpu grid; the first step is the closed-form one (it is the smallest
+    at beta = 0.5: +1.0222), so the check covers the transient, not only the converged tail. Negative
+    control: the wrong tilt sign in the library drives A(t) down (or to NaN) and fails the check."""
+    metrics, curves, _ = experiment.isolated_metrics(ANALYTIC)
+    assert metrics["c2_isolated_min_step_from_round0"] >= -1e-12
+    first = []
+    for beta in (b for b in ANALYTIC.isolated_betas if b > 0):
+        m1, v1 = isolated_map(0.0, 1.0, 0.2, beta, 2.0)
+        first.append(-((m1 - 2.0) ** 2 + v1) / 2 - (-2.5))
+    assert metrics["c2_isolated_min_first_step"] == pytest.approx(min(first), abs=1e-12)
+    assert min(first) == pytest.approx(1.022222, abs=1e-6)
+    assert curves["analytic_isolated_A"][0] == -2.5
+    monkeypatch.setattr(method, "gaussian_tilt", wrong_sign_tilt)
+    with np.errstate(all="ignore"):
+        broken, _, _ = experiment.isolated_metrics(ANALYTIC)
+    assert not broken["c2_isolated_min_step_from_round0"] >= -1e-12
+
+
 def test_wrong_tilt_sign_breaks_the_isolated_monotonicity_check(monkeypatch):
     """Negative control of (a)3 as the brief states it: the wrong tilt sign in the library makes
     A*(beta) non-increasing on the isolated beta grid (check (b)1 fails)."""
@@ -214,8 +309,9 @@ def test_conditional_recursion_reduces_to_1d_along_the_target_direction():
 # (a)4 convergence and the divergent config
 # ------------------------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("name", ["isolated", "dampen", "cross_invert", "self_invert"])
+@pytest.mark.parametrize("name", ["isolated", "dampen", "cross_invert", "self_invert", "self_invert_isolated"])
 def test_convergent_configs_have_radius_below_one_and_are_not_flagged(name):
+    """Claim C1c (reference): no convergent canonical config is flagged (the metric counts these five)."""
     fixed = method.fixed_point(SPECS[name], max_rounds=2000)
     assert fixed.radius < 1.0
     assert not fixed.diverged
@@ -302,6 +398,8 @@ def test_influence_matrix_matches_the_isolated_closed_form():
 
 
 def test_cross_influence_vanishes_without_coupling_and_not_with_it():
+    """Claim C5a (identity): I_21 = 0 when the models do not train on each other; negative control:
+    with coupling 0.4 it is clearly negative."""
     targets = np.array([[1.0], [-1.0]])
     uncoupled = method.LoopSpec("u", method.symmetric_coupling(0.2, 0.0), np.full(2, 0.2), np.array([2.0, 1.0]),
                                 targets)
@@ -333,3 +431,47 @@ def test_training_mixture_shares():
     _, y = method.training_mixture(spec, 0, pools, real, 1000, np.random.default_rng(0))
     assert y.size == 1000
     assert np.sum(y == 10.0) == 50 and np.sum(y == 20.0) == 480
+
+
+@pytest.fixture(scope="module")
+def heatmaps():
+    """The cpu influence heat map (opposite targets, as in the experiment) and the same map with a
+    shared target for both models (the negative control of C5b-c)."""
+    opposite = experiment.influence_heatmap(ANALYTIC)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(experiment, "HEATMAP_TARGETS", np.array([[1.0], [1.0]]))
+        shared = experiment.influence_heatmap(ANALYTIC)
+    return opposite, shared
+
+
+def test_heatmap_cross_influence_is_negative_when_coupled(heatmaps):
+    """Claim C5b (reference): with opposite user preferences I_21 < 0 at every coupling > 0 of the cpu
+    grid; its largest value is -0.00117 (W_12 = 0.1, beta_1 = 8), and the entry at W_12 = 0.4,
+    beta_1 = 2 agrees with a finer central difference. Negative control: with a shared target the
+    peer gains from model 1's curation (I_21 > 0)."""
+    (metrics, rows), (shared_metrics, _) = heatmaps
+    coupled = [r for r in rows if r["coupling"] > 0]
+    assert len(coupled) == (len(ANALYTIC.coupling_grid) - 1) * len(ANALYTIC.heatmap_betas)
+    assert all(r["I21"] < 0 for r in coupled)
+    top = max(coupled, key=lambda r: r["I21"])
+    assert (top["coupling"], top["beta1"]) == (0.1, 8.0)
+    assert metrics["c5_cross_influence_coupled_max"] == pytest.approx(-0.0011690, abs=1e-6)
+    entry = next(r for r in rows if r["coupling"] == 0.4 and r["beta1"] == 2.0)
+    spec = method.LoopSpec("h", method.symmetric_coupling(0.2, 0.4), np.full(2, 0.2), np.array([2.0, 1.0]),
+                           experiment.HEATMAP_TARGETS)
+    assert entry["I21"] == pytest.approx(method.influence_matrix(spec, 1e-4, 2000, 1e-14)[1, 0], rel=1e-4)
+    assert shared_metrics["c5_cross_influence_coupled_max"] > 0.1
+
+
+def test_net_effect_sign_flips_with_coupling(heatmaps):
+    """Claim C5c (reference): the net effect of curating model 1 on A_1 + A_2 (I_11 + I_21) is positive
+    at the weakest coupling and negative at the strongest for some beta_1 (at beta_1 = 1: +0.1029 at
+    W_12 = 0, -0.0560 at W_12 = 0.8). Negative control: with a shared target it never flips."""
+    (metrics, rows), (shared_metrics, _) = heatmaps
+    net = {(r["coupling"], r["beta1"]): r["net_beta1"] for r in rows}
+    assert net[(0.0, 1.0)] == pytest.approx(0.10290, abs=1e-4)
+    assert net[(0.8, 1.0)] == pytest.approx(-0.05597, abs=1e-4)
+    flips = [b for b in ANALYTIC.heatmap_betas if net[(0.0, b)] > 0 > net[(0.8, b)]]
+    assert flips == [1.0, 2.0, 3.0, 5.0, 8.0]
+    assert metrics["c5_net_sign_flips"] == 1.0
+    assert shared_metrics["c5_net_sign_flips"] == 0.0
