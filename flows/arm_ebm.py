@@ -11,7 +11,7 @@ TITLE = "arm_ebm: Autoregressive LMs are secretly EBMs"
 @flow(**flow_options(SLUG))
 def arm_ebm(profile: str | None = None, seeds: list[int] | None = None, phase: Phase = "all") -> dict:
     """ARMs are secretly EBMs: bijection, soft Bellman, supervised equivalence, lookahead, distillation."""
-    return run_paper(SLUG, TITLE, profile, seeds, phase)
+    return run_paper(SLUG, profile, seeds, phase)
 
 
 FLOW = arm_ebm

@@ -11,7 +11,7 @@ TITLE = "certificate_pruning: Certificate-Guided Pruning for Stochastic Lipschit
 @flow(**flow_options(SLUG))
 def certificate_pruning(profile: str | None = None, seeds: list[int] | None = None, phase: Phase = "all") -> dict:
     """CGP: certified active set of a noisy Lipschitz black box, its variants, HOO/Zooming/DIRECT/GP-UCB."""
-    return run_paper(SLUG, TITLE, profile, seeds, phase)
+    return run_paper(SLUG, profile, seeds, phase)
 
 
 FLOW = certificate_pruning

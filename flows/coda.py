@@ -11,7 +11,7 @@ TITLE = "coda: Continuous-depth acceleration (GRU + one linear ODE + dense), rec
 @flow(**flow_options(SLUG))
 def coda(profile: str | None = None, seeds: list[int] | None = None, phase: Phase = "all") -> dict:
     """LTC, ODE-RNN, CfC and the CoDA block on six irregularly-sampled tasks: accuracy, NFE and FLOP counts."""
-    return run_paper(SLUG, TITLE, profile, seeds, phase)
+    return run_paper(SLUG, profile, seeds, phase)
 
 
 FLOW = coda

@@ -11,7 +11,7 @@ TITLE = "constrained_unlearning: Unlearning in Diffusion Models with KL and Like
 @flow(**flow_options(SLUG))
 def constrained_unlearning(profile: str | None = None, seeds: list[int] | None = None, phase: Phase = "all") -> dict:
     """Reverse-KL, forward-KL and likelihood-constrained unlearning by primal-dual, on a grid and a small DDPM."""
-    return run_paper(SLUG, TITLE, profile, seeds, phase)
+    return run_paper(SLUG, profile, seeds, phase)
 
 
 FLOW = constrained_unlearning

@@ -11,7 +11,7 @@ TITLE = "multi_model_curation: When and How Human Curation Backfires (multi-mode
 @flow(**flow_options(SLUG))
 def multi_model_curation(profile: str | None = None, seeds: list[int] | None = None, phase: Phase = "all") -> dict:
     """N generators refit on each other's Bradley-Terry-curated outputs: fixed points, alignment, influence."""
-    return run_paper(SLUG, TITLE, profile, seeds, phase)
+    return run_paper(SLUG, profile, seeds, phase)
 
 
 FLOW = multi_model_curation

@@ -11,7 +11,7 @@ TITLE = "order_sensitivity: Predictable Compression Failures (order sensitivity,
 @flow(**flow_options(SLUG))
 def order_sensitivity(profile: str | None = None, seeds: list[int] | None = None, phase: Phase = "all") -> dict:
     """Evidence-order dispersion (QMV bound), EDFL, the ISR answer/abstain gate and Delta-bar on a tiny GPT-2."""
-    return run_paper(SLUG, TITLE, profile, seeds, phase)
+    return run_paper(SLUG, profile, seeds, phase)
 
 
 FLOW = order_sensitivity

@@ -11,7 +11,7 @@ TITLE = "select_to_think: Select to Think, local sufficiency of a small model's 
 @flow(**flow_options(SLUG))
 def select_to_think(profile: str | None = None, seeds: list[int] | None = None, phase: Phase = "all") -> dict:
     """S2T (large model selects among the small model's top-K at divergence triggers), Takeover, S2T-Local."""
-    return run_paper(SLUG, TITLE, profile, seeds, phase)
+    return run_paper(SLUG, profile, seeds, phase)
 
 
 FLOW = select_to_think

@@ -11,7 +11,7 @@ TITLE = "token_merging: Token merging as statistical reconstruction (reconstruct
 @flow(**flow_options(SLUG))
 def token_merging(profile: str | None = None, seeds: list[int] | None = None, phase: Phase = "all") -> dict:
     """ToMe bipartite merging with sqrt(r) logit and value corrections on a small ViT trained on digits."""
-    return run_paper(SLUG, TITLE, profile, seeds, phase)
+    return run_paper(SLUG, profile, seeds, phase)
 
 
 FLOW = token_merging
