@@ -240,6 +240,7 @@ def constrained_runs(cfg: ConstrainedUnlearningConfig, seed: int, pretrained: to
         scores = evaluator.metrics(samples[f])
         lam_star = targets[f]["lambda_star"]
         metrics |= {f"b_{f}_{k}": v for k, v in scores.items()} | {
+            f"b_{f}_forget_count": forget_count(scores, samples[f]),
             f"b_{f}_lambda": run.lam,
             f"b_{f}_lambda_rel_error": abs(run.lam - lam_star) / lam_star,
             f"b_{f}_forget_mass_error": abs(scores["forget_mass"] - cfg.grid.target_forget_mass),
@@ -264,6 +265,12 @@ def constrained_runs(cfg: ConstrainedUnlearningConfig, seed: int, pretrained: to
         "b_lu_ru_forget_mass_gap": abs(metrics["b_lu_forget_mass"] - metrics["b_ru_forget_mass"]),
     }
     return metrics, curves, rows, samples
+
+
+def forget_count(scores: dict[str, float], samples: np.ndarray) -> float:
+    """Number of evaluation samples inside the forget ball (the successes of the forget-mass rate, C5a-c):
+    ``forget_mass`` is that count over the number of samples, so the product is an integer up to rounding."""
+    return float(round(scores["forget_mass"] * samples.shape[0]))
 
 
 def retained_kl_at_mass(before: dict[str, float], after: dict[str, float], target_mass: float) -> float:
@@ -425,6 +432,8 @@ def stage_b(cfg: ConstrainedUnlearningConfig, seed: int, q: GaussianMixture, for
     before_samples = evaluator.samples(model)
     before = evaluator.metrics(before_samples)
     metrics = {f"b_pretrained_{k}": v for k, v in before.items()}
+    metrics |= {"b_pretrained_forget_count": forget_count(before, before_samples),
+                "b_eval_samples": float(before_samples.shape[0])}
     metrics["b_pretrained_off_mode_fraction"] = float(np.mean(
         np.min(np.linalg.norm(before_samples[:, None, :] - q.means[None], axis=2), axis=1) > 3 * q.sigma))
     rows = [{"method": "pretrained", "family": "pretrained", "param": 0.0} | before]

@@ -243,7 +243,12 @@ def mixture_metrics(scored: ScoredItems, ev: EvaluationConfig) -> dict[str, floa
     mixture_correct = (scored.q_full[keep].mean(axis=1) >= 0.5).astype(int) == gold
     single_correct = (scored.q_full[keep] >= 0.5).astype(int) == gold[:, None]
     identity_correct = (scored.q_identity[keep] >= 0.5).astype(int) == gold
+    labels = scored.q_full[keep] >= 0.5
+    flips = labels.any(axis=1) & ~labels.all(axis=1)  # the label changes between permutations
     return {
+        # order sensitivity (C3a, C7a preconditions): |mixture - single accuracy| <= the share of items that flip
+        "order_flip_count": float(flips.sum()),
+        "order_flip_fraction": _mean_or_nan(flips),
         "mixture_accuracy": float(mixture_correct.mean()),
         "single_order_accuracy": float(single_correct.mean()),
         "identity_order_accuracy": float(identity_correct.mean()),
@@ -278,9 +283,20 @@ def gate_metrics(scored: ScoredItems, ev: EvaluationConfig) -> tuple[dict[str, f
     confident = baselines.confidence_gate(scored.q_full.mean(axis=1), abstention)
     correct_attempts = plan.answer & ~scored.is_control & (plan.decision == scored.label)
     wiring = method.plan_answers(scored.q_full, scored.q_full[:, :ev.skeletons], ev.h_star, ev.clip, ev.clip_mode)
+    non_control = ~scored.is_control
+    mixture_wrong = (plan.decision != scored.label) & non_control
     metrics = {
         "gate_hallucination_answered": rate_among_answered(gated, plan.answer),
         "gate_abstention": abstention,
+        # counts of the binomial claims (C7a, C7b) and of C7a's precondition, pooled over seeds
+        "gate_hallucinated_count": float(gated.sum()),
+        "gate_answered_count": float(plan.answer.sum()),
+        "gate_abstained_count": float((~plan.answer).sum()),
+        "test_item_count": float(len(plan.answer)),
+        "non_control_count": float(non_control.sum()),
+        "ungated_mixture_wrong_label_count": float(mixture_wrong.sum()),
+        "ungated_mixture_wrong_label_rate": _mean_or_nan(mixture_wrong[non_control]),
+        "control_share": float(scored.is_control.mean()),
         "gate_accuracy_on_attempts": rate_among_answered(correct_attempts, plan.answer),
         "gate_control_abstention": _mean_or_nan(~plan.answer[scored.is_control]),
         "ungated_hallucination": float(hallucinated(everyone, identity_decision, scored).mean()),
@@ -294,6 +310,8 @@ def gate_metrics(scored: ScoredItems, ev: EvaluationConfig) -> tuple[dict[str, f
         "wiring_control_abstention": 1.0 - float(wiring.answer.mean()),
         "edfl_model_min_slack": edfl_model_min_slack(scored, ev),
     }
+    # C7c: every Control the ungated model answers is a hallucination, so this is >= 0 by the definition
+    metrics["ungated_hallucination_minus_control_share"] = metrics["ungated_hallucination"] - metrics["control_share"]
     return metrics, plan
 
 
@@ -357,7 +375,14 @@ def dose_metrics(scored: ScoredItems, ev: EvaluationConfig) -> tuple[dict[str, f
                      "ungated_hallucination": float(ungated[at].mean()), "gated_hallucination": float(gated[at].mean()),
                      "abstention": float(1 - plan.answer[at].mean()),
                      "accuracy": float(((plan.decision == scored.label) & ~scored.is_control)[at].mean())})
+    dose1 = scored.dose == 1
     metrics = {"dose_spearman_delta": _spearman(scored.dose, plan.delta_bar),
+               # C6a precondition: how sure the model already is with one supporting chunk (gold label 1)
+               "dose1_gold_probability": _mean_or_nan(scored.q_full[dose1].mean(axis=1)),
+               # C6b precondition: hallucinations on evidence items (answering 0 on a supported claim)
+               "dose_evidence_hallucinated_count": float(ungated[evidence].sum()),
+               "dose_evidence_count": float(evidence.sum()),
+               "dose_evidence_hallucination_rate": _mean_or_nan(ungated[evidence]),
                "dose_ols_hallucination_per_nat": _ols_slope(plan.delta_bar, ungated),
                "dose_spearman_delta_evidence": _spearman(scored.dose[evidence], plan.delta_bar[evidence]),
                "dose_ols_hallucination_per_nat_evidence": _ols_slope(plan.delta_bar[evidence], ungated[evidence]),

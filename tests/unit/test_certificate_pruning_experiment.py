@@ -259,6 +259,19 @@ def test_rates_are_their_counts_over_trials(smoke_run):
                 assert m[measured.metric] == pytest.approx(k / n), claim.id
 
 
+def test_precondition_counts_follow_the_traces(smoke_run):
+    """C1's pruning and C7's informativeness preconditions, recounted from the per-step curves."""
+    cfg, _, _, results = smoke_run
+    for result in results:
+        m, curves = result["metrics"], result["curves"]
+        synthetic = [f for f in cfg.functions if f != "svm"]
+        assert m["c1_pruned_runs"] == sum(curves[f"volume_{f}"][-1] <= experiment.PRUNED_VOLUME for f in synthetic)
+        assert m["c7_informative_runs"] == sum(curves[f"gap_{f}"][-1] < experiment.INFORMATIVE_GAP
+                                               for f in cfg.functions)
+        assert m["c7_bounded_runs"] == sum(
+            all(g >= r - 1e-12 for g, r in zip(curves[f"gap_{f}"], curves[f"regret_{f}_cgp"])) for f in cfg.functions)
+
+
 def test_every_claim_metric_is_produced_by_a_config_with_every_section(tmp_path):
     """A tiny config with svm, trust_region and hybrid produces every metric that claims.yaml names."""
     cfg = smoke_config(functions=["needle2d", "branin", "svm"], budget={"low_dim": 20, "high_dim": 20},

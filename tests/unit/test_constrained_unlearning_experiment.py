@@ -95,7 +95,13 @@ def test_run_seed_returns_every_claim_metric(smoke_run):
     _, root, _, result = smoke_run
     assert result["seed"] == 0
     claims = load_claims(TASK_DIR / "claims.yaml")
-    needed = {c.metric for c in claims if c.metric is not None}
+    needed = set()
+    for claim in claims:
+        for measured in (claim, *claim.preconditions):
+            if measured.metric is not None:
+                needed.add(measured.metric)
+            if measured.counts is not None:
+                needed |= {measured.counts.successes, measured.counts.trials}
     assert needed <= set(result["metrics"]), needed - set(result["metrics"])
     assert all(isinstance(v, float) for v in result["metrics"].values())
     assert {"tradeoff", "samples"} <= set(result["tables"])
@@ -208,6 +214,35 @@ def test_c4b_ratio_is_at_matched_mass(smoke_run):
     assert m["b_ru_retained_kl_above_floor"] == pytest.approx(at["ru"] - floor)
     assert m["b_lu_ru_forget_mass_gap"] == pytest.approx(abs(m["b_lu_forget_mass"] - m["b_ru_forget_mass"]))
     assert m["b_lu_over_ru_retained_kl_unmatched"] == pytest.approx(m["b_lu_retained_kl"] / m["b_ru_retained_kl"])
+
+
+def test_forget_counts_are_the_binomial_counts_of_the_forget_mass(smoke_run):
+    """C5a-c are decided on Clopper-Pearson intervals of pooled counts: every forget mass is an integer
+    count of evaluation samples over the number of samples, and the experiment reports both."""
+    cfg, _, _, result = smoke_run
+    m = result["metrics"]
+    assert m["b_eval_samples"] == cfg.ddpm.eval_samples
+    for name in ("pretrained", "ru", "fu", "lu"):
+        count = m[f"b_{name}_forget_count"]
+        assert count == int(count) and 0 <= count <= m["b_eval_samples"]
+        assert count / m["b_eval_samples"] == pytest.approx(m[f"b_{name}_forget_mass"], abs=1e-12)
+
+
+def test_claim_kinds_of_the_paper():
+    """Issue 14: identities of the implementation and seed-independent reference numbers are verification rows;
+    the memorisation of the test bed (formerly C3a) is C3b's precondition, not a claim; ratios use the log interval
+    and the forget mass (a rate) the binomial."""
+    claims = {c.id: c for c in load_claims(TASK_DIR / "claims.yaml")}
+    identity = {f"C1{x}" for x in "abcdefghi"} | {"C6a", "C6b"}
+    reference = {"C4c", "C4d", "C4e", "C4f", "C5d", "C5e", "C5f"}
+    assert {i for i, c in claims.items() if c.kind == "identity"} == identity
+    assert {i for i, c in claims.items() if c.kind == "reference"} == reference
+    assert "C3a" not in claims
+    pre = claims["C3b"].preconditions[0]
+    assert (pre.metric, pre.check.op, pre.check.value, pre.interval) == ("c_memorised_memorisation_ratio", ">=", 2.0,
+                                                                         "log")
+    assert {i for i, c in claims.items() if c.interval == "log"} == {"C3b", "C3c", "C4a", "C4b"}
+    assert {i for i, c in claims.items() if c.interval == "binomial"} == {"C5a", "C5b", "C5c"}
 
 
 def test_data_unlearning_metrics_are_consistent(smoke_run):

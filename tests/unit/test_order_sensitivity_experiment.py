@@ -153,6 +153,11 @@ def test_run_seed_smoke_returns_every_claim_metric(smoke_results):
     for claim in load_claims(FOLDER / "claims.yaml"):
         if claim.metric is not None:
             assert claim.metric in metrics, claim.id
+            for measured in [claim, *claim.preconditions]:  # preconditions and binomial counts are emitted too
+                assert measured.metric in metrics, (claim.id, measured.metric)
+                if measured.counts is not None:
+                    for name in (measured.counts.successes, measured.counts.trials):
+                        assert name in metrics and metrics[name] == round(metrics[name]) >= 0, (claim.id, name)
             # smoke-testable claims must be finite; the others may be NaN at smoke (e.g. a gate that answers
             # nothing has no hallucination rate), never inf
             assert np.isfinite(metrics[claim.metric]) or ("smoke" not in claim.profiles
@@ -197,6 +202,88 @@ def test_gate_metrics_follow_the_hallucination_definition():
     assert metrics["gate_abstention"] == pytest.approx(0.25)
     assert metrics["ungated_hallucination"] == pytest.approx(0.5)
     assert metrics["ungated_wrong_label_rate"] == pytest.approx(1 / 3)
+    # the counts the binomial claims pool over seeds
+    assert (metrics["gate_hallucinated_count"], metrics["gate_answered_count"]) == (2.0, 3.0)
+    assert (metrics["gate_abstained_count"], metrics["test_item_count"]) == (1.0, 4.0)
+    assert (metrics["ungated_mixture_wrong_label_count"], metrics["non_control_count"]) == (1.0, 3.0)
+    assert metrics["ungated_mixture_wrong_label_rate"] == pytest.approx(1 / 3)
+    assert metrics["control_share"] == 0.25
+
+
+def test_order_flips_count_items_whose_label_changes_between_permutations():
+    q_full = np.array([[0.9, 0.8, 0.7], [0.9, 0.4, 0.7], [0.2, 0.1, 0.3], [0.6, 0.4, 0.5], [0.1, 0.9, 0.9]])
+    scored = experiment.ScoredItems(q_full=q_full, q_skeleton=q_full[:, :2], q_identity=q_full[:, 0],
+                                    label=np.array([1, 1, 0, 1, data.NO_LABEL]),
+                                    is_control=np.array([False, False, False, False, True]),
+                                    n_chunks=np.full(5, 3), dose=np.full(5, -1))
+    metrics = experiment.mixture_metrics(scored, smoke_config().evaluation)
+    # items 2 and 4 flip; the Control (which also flips) is not counted
+    assert metrics["order_flip_count"] == 2.0 and metrics["order_flip_fraction"] == 0.5
+    # the bound the C3a precondition rests on: |mixture - single accuracy| <= the share that flips
+    assert abs(metrics["mixture_minus_single_acc_pp"]) <= 100 * metrics["order_flip_fraction"]
+    no_flip = experiment.ScoredItems(**(scored.__dict__ | {"q_full": np.repeat(q_full[:, :1], 3, axis=1)}))
+    metrics = experiment.mixture_metrics(no_flip, smoke_config().evaluation)
+    assert metrics["order_flip_count"] == 0.0 and metrics["mixture_minus_single_acc_pp"] == 0.0
+
+
+def _random_scored(rng: np.random.Generator, n: int = 400, m: int = 6, k: int = 3) -> experiment.ScoredItems:
+    q_full = rng.uniform(0.01, 0.99, size=(n, m))
+    control = rng.random(n) < 0.25
+    label = np.where(control, data.NO_LABEL, rng.integers(2, size=n))
+    return experiment.ScoredItems(q_full=q_full, q_skeleton=rng.uniform(0.01, 0.99, size=(n, k)),
+                                  q_identity=q_full[:, 0], label=label, is_control=control, n_chunks=np.full(n, 4),
+                                  dose=np.full(n, -1))
+
+
+def check_ungated_hallucination_counts_controls(scored: experiment.ScoredItems) -> None:
+    metrics, _ = experiment.gate_metrics(scored, smoke_config().evaluation)
+    share = scored.is_control.mean()
+    wrong = metrics["ungated_wrong_label_rate"]
+    assert metrics["control_share"] == share
+    assert metrics["ungated_hallucination"] == pytest.approx(share + wrong * (1 - share), abs=1e-15)
+    assert metrics["ungated_hallucination_minus_control_share"] >= 0
+
+
+def test_ungated_hallucination_counts_every_answered_control():
+    """C7c: the ungated model answers every item and each answered Control is a hallucination, so its
+    hallucination is the Control share plus the wrong labels among the other items, exactly."""
+    rng = np.random.default_rng(3)
+    for _ in range(5):
+        check_ungated_hallucination_counts_controls(_random_scored(rng))
+
+
+def test_ungated_hallucination_negative_control_controls_not_counted_fails(monkeypatch):
+    """A library whose definition forgets the Control clause (answered AND wrong label only) breaks the identity."""
+    monkeypatch.setattr(experiment, "hallucinated",
+                        lambda answered, decision, scored: answered & ~scored.is_control & (decision != scored.label))
+    with pytest.raises(AssertionError):
+        check_ungated_hallucination_counts_controls(_random_scored(np.random.default_rng(3)))
+
+
+def test_binary_edfl_slack_is_nonnegative_for_any_probabilities():
+    """C5c: mean_k KL(Ber(p) || Ber(s_k)) >= KL(Ber(p) || Ber(mean_k s_k)) by convexity, whatever the numbers."""
+    ev = smoke_config().evaluation
+    rng = np.random.default_rng(4)
+    for _ in range(20):
+        scored = _random_scored(rng, m=ev.permutations, k=ev.skeletons)
+        assert experiment.edfl_model_min_slack(scored, ev) >= -1e-12
+    # equal skeletons: both sides coincide, the slack is 0 on every item
+    same = _random_scored(rng, m=ev.permutations, k=ev.skeletons)
+    equal = np.repeat(same.q_skeleton[:, :1], ev.skeletons, axis=1)
+    same = experiment.ScoredItems(**(same.__dict__ | {"q_skeleton": equal}))
+    assert experiment.edfl_model_min_slack(same, ev) == pytest.approx(0.0, abs=1e-12)
+
+
+def test_binary_edfl_negative_control_non_convex_divergence_fails(monkeypatch):
+    """A library 'KL' that is not convex in its second argument (its square root) gives negative slack."""
+    from tasks.order_sensitivity import method
+
+    correct = method.bernoulli_kl
+    monkeypatch.setattr(method, "bernoulli_kl", lambda p, q: np.sqrt(correct(p, q)))
+    ev = smoke_config().evaluation
+    rng = np.random.default_rng(4)
+    assert min(experiment.edfl_model_min_slack(_random_scored(rng, m=ev.permutations, k=ev.skeletons), ev)
+               for _ in range(20)) < -1e-6
 
 
 def test_a_gate_that_answers_nothing_has_no_hallucination_rate():
@@ -245,6 +332,20 @@ def test_dose_metrics_on_evidence_items_can_fail_where_the_all_dose_ones_cannot(
     # no hallucination at all on d >= 1: nothing can fall, the slope is undefined (NaN), not a failing 0
     metrics, _ = experiment.dose_metrics(_dose_items(ordered, np.zeros(3 * per, dtype=bool)), smoke_config().evaluation)
     assert np.isnan(metrics["dose_ols_hallucination_per_nat_evidence"])
+    # ... and C6b's precondition (some hallucination on evidence items) is what turns that into "undecided"
+    assert (metrics["dose_evidence_hallucinated_count"], metrics["dose_evidence_count"]) == (0.0, 3 * per)
+    assert metrics["dose_evidence_hallucination_rate"] == 0.0
+
+
+def test_dose1_gold_probability_is_the_mixture_probability_on_single_support_items():
+    per = 10
+    delta = np.concatenate([np.full(per, 0.2), np.full(per, 0.5), np.full(per, 0.6)])
+    wrong = np.zeros(3 * per, dtype=bool)
+    wrong[:3] = True
+    metrics, _ = experiment.dose_metrics(_dose_items(delta, wrong), smoke_config().evaluation)
+    p = 0.5 * np.exp(0.2)  # d = 1 items answer 1 with this probability, or 0 with it where wrong
+    assert metrics["dose1_gold_probability"] == pytest.approx((7 * p + 3 * (1 - p)) / 10)
+    assert (metrics["dose_evidence_hallucinated_count"], metrics["dose_evidence_count"]) == (3.0, 30.0)
 
 
 # ----------------------------------------------------------------------------------------------------

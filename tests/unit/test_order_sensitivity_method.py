@@ -311,13 +311,28 @@ def test_isr_and_gate():
     np.testing.assert_array_equal(margin, [False, False, False, True])
 
 
-def test_dispersion_and_jensen_gap_identities():
+def check_jensen_gap() -> None:
+    """C3b: J = mean_k(-log q_k) + log mean_k q_k, exactly, and >= 0 on any probabilities (Jensen)."""
     q = np.array([[0.2, 0.4, 0.6, 0.8], [0.5, 0.5, 0.5, 0.5]])
     np.testing.assert_allclose(method.mean_abs_residual(q), [0.2, 0.0])
     np.testing.assert_allclose(method.mean_pair_difference(q), [(0.2 * 3 + 0.4 * 2 + 0.6) * 2 / 12, 0.0])
     gap = method.jensen_gap(q)
-    assert gap[0] > 0 and gap[1] == pytest.approx(0.0)
+    expected = -np.log([0.2, 0.4, 0.6, 0.8]).mean() + np.log(0.5)  # 0.1218...
+    assert gap[0] == pytest.approx(expected, abs=1e-15) and gap[1] == pytest.approx(0.0, abs=1e-15)
     assert np.all(method.mean_abs_residual(q) <= method.mean_pair_difference(q) + 1e-15)
+    random = np.random.default_rng(7).uniform(1e-6, 1.0, size=(10_000, 16))
+    assert method.jensen_gap(random).min() >= -1e-12
+
+
+def test_dispersion_and_jensen_gap_identities():
+    check_jensen_gap()
+
+
+def test_jensen_gap_negative_control_over_eager_probability_clip_fails(monkeypatch):
+    """The library clipping probabilities to [0.5, 1] (a wrong floor) changes J, and the exact check catches it."""
+    monkeypatch.setattr(method, "_clip_prob", lambda p: np.clip(p, 0.5, 1.0))
+    with pytest.raises(AssertionError):
+        check_jensen_gap()
 
 
 def test_eg_mixture_finds_the_informative_slot_and_uniform_is_optimal_when_slots_are_exchangeable():
