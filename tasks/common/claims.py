@@ -49,9 +49,11 @@ UNDECIDED = "undecided"
 NOT_TESTABLE = "not testable at this profile"
 VERIFIED = "verified"
 VERIFICATION_FAILED = "verification failed"
+# An identity or reference with no run-time value: the named unit test (run by `make test`) checks it.
+UNIT_TESTED = "checked by unit test"
 # Verdicts of the claims the report counts (empirical and mechanism), in display order.
 VERDICTS = (REPRODUCED, NOT_REPRODUCED, INCONCLUSIVE, UNDECIDED, NOT_TESTABLE)
-VERIFICATION_VERDICTS = (VERIFIED, VERIFICATION_FAILED, NOT_TESTABLE)
+VERIFICATION_VERDICTS = (VERIFIED, VERIFICATION_FAILED, UNIT_TESTED, NOT_TESTABLE)
 COUNTED_KINDS = ("empirical", "mechanism")
 VERIFICATION_KINDS = ("identity", "reference")
 # Beyond this many seeds a claim is reported as not decidable by more seeds of the same test bed.
@@ -385,6 +387,9 @@ def evaluate_claim(claim: Claim, per_seed: Mapping[int, Mapping[str, float]], pr
                    paper: str) -> dict[str, Any]:
     """One result row: per-seed values, centre, interval, preconditions, verdict, seeds needed."""
     row = _base_row(claim, profile, paper)
+    if claim.check is None and claim.kind in VERIFICATION_KINDS:
+        row["verdict"] = UNIT_TESTED
+        return row
     if claim.check is None or profile not in claim.profiles:
         row["verdict"] = NOT_TESTABLE
         return row

@@ -16,6 +16,7 @@ from tasks.common.claims import (
     NOT_TESTABLE,
     REPRODUCED,
     UNDECIDED,
+    UNIT_TESTED,
     VERIFICATION_FAILED,
     VERIFIED,
     Check,
@@ -248,7 +249,7 @@ def test_a_claims_file_of_every_kind_reaches_the_right_tables(tmp_path):
     per_seed = {s: {"m": v, "b": 1.0 + 0.1 * s, "e": 0.0} for s, v in enumerate([2.0, 2.5, 3.0])}
     rows = evaluate_claims(load_claims(path), per_seed, "cpu", "paperX")
     assert {r["id"]: r["verdict"] for r in rows} == {"E": REPRODUCED, "M": REPRODUCED, "I": VERIFIED,
-                                                     "R": NOT_TESTABLE}
+                                                     "R": UNIT_TESTED}
     write_claims(rows, tmp_path / "out" / "paperX", "Paper X")
     md = (tmp_path / "out" / "paperX" / "claims.md").read_text()
     claims_part, verification_part = md.split("## Verification")
