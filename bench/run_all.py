@@ -9,5 +9,5 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 
-for script in ("noop_repro.py", "orchestration_overhead.py", "fresh_clone_test.py"):
+for script in ("noop_repro.py", "paper_times.py", "fresh_clone_test.py"):
     subprocess.run([sys.executable, str(HERE / script)], check=True)
