@@ -18,7 +18,10 @@ Empirical and mechanism claims are decided on a 95% interval that fits the metri
                 the reason (a rate must use ``binomial``; a seed-independent number is a ``reference``).
 - ``log``       for ratios: the t-interval of log(value), exponentiated (the centre is the geometric mean).
 - ``binomial``  for rates and coverage: Clopper-Pearson on successes / trials pooled over seeds; the
-                experiment reports both counts per seed (``counts``).
+                experiment reports both counts per seed (``counts``). Trials are clustered by seed (each
+                seed trains its own model), so when the per-seed rates vary the interval is the wider of
+                the pooled one and the t-interval of the per-seed rates: pooling alone would treat
+                1,500 trials from three disagreeing models as one sample.
 
 Verdicts: ``reproduced`` (the whole interval satisfies the check), ``not reproduced`` (the whole interval
 violates it), ``inconclusive`` (it straddles the threshold, or no interval exists), ``undecided`` (a
@@ -244,10 +247,31 @@ def _as_count(value: float, name: str) -> int:
     return int(round(value))
 
 
+def per_seed_rates(per_seed: Mapping[int, Mapping[str, float]], counts: Counts) -> list[float]:
+    rates = []
+    for m in per_seed.values():
+        trials = _as_count(m[counts.trials], counts.trials)
+        if trials:
+            rates.append(_as_count(m[counts.successes], counts.successes) / trials)
+    return rates
+
+
+def binomial_interval(per_seed: Mapping[int, Mapping[str, float]], counts: Counts) -> Estimate:
+    """Rates clustered by seed: the wider of the pooled Clopper-Pearson interval and the t-interval of
+    the per-seed rates (clipped to [0, 1]); the centre is the pooled rate."""
+    pooled = clopper_pearson(*pooled_counts(per_seed, counts))
+    spread = t_interval(per_seed_rates(per_seed, counts))
+    if not pooled.has_interval or not spread.has_interval:
+        return pooled
+    low, high = min(pooled.low, max(0.0, spread.low)), max(pooled.high, min(1.0, spread.high))
+    reason = "" if (low, high) == (pooled.low, pooled.high) else "per-seed rates vary: t-interval of the rates"
+    return Estimate(pooled.mean, low, high, reason)
+
+
 def estimate(measured: _Measured, per_seed: Mapping[int, Mapping[str, float]]) -> Estimate:
     """The interval ``measured.interval`` names, over the seeds of ``per_seed``."""
     if measured.interval == "binomial":
-        return clopper_pearson(*pooled_counts(per_seed, measured.counts))
+        return binomial_interval(per_seed, measured.counts)
     values = [float(m[measured.metric]) for m in per_seed.values()]
     return log_interval(values) if measured.interval == "log" else t_interval(values)
 
@@ -304,30 +328,43 @@ def seeds_needed(measured: _Measured, per_seed: Mapping[int, Mapping[str, float]
 
     t / log: the interval mean +- t(0.975, n-1) s / sqrt(n) with the observed mean and s (on the log
     for ratios). binomial: the Clopper-Pearson interval at the observed rate with the observed trials
-    per seed. (None, reason) when no number of seeds would do (the centre sits on a threshold, or more
-    than MAX_SEEDS_NEEDED are needed).
+    per seed, and, when the per-seed rates vary, also the t-interval of the rates (the larger n).
+    (None, reason) when no number of seeds would do (the centre sits on a threshold, or more than
+    MAX_SEEDS_NEEDED are needed).
     """
-    n_now = len(per_seed)
     if measured.interval == "binomial":
-        successes, trials = pooled_counts(per_seed, measured.counts)
-        if trials == 0:
-            return None, "no trials"
-        rate, per_seed_trials = successes / trials, trials / n_now
-        if any(math.isclose(rate, t) for t in measured.check.thresholds()):
-            return None, "none: the rate sits on the threshold"
-        for n in range(n_now + 1, MAX_SEEDS_NEEDED + 1):
-            n_trials = max(1, round(per_seed_trials * n))
-            est = clopper_pearson(round(rate * n_trials), n_trials)
-            if _decisive(measured.check, est.low, est.high):
-                return n, ""
-        return None, f"more than {MAX_SEEDS_NEEDED} seeds"
+        needed = [_clopper_pearson_seeds_needed(measured, per_seed)]
+        rates = np.asarray(per_seed_rates(per_seed, measured.counts))
+        if rates.size >= 2 and rates.std(ddof=1) > 0:
+            needed.append(_t_seeds_needed(rates, measured.check, len(per_seed)))
+        unknown = [why for n, why in needed if n is None]
+        return (None, unknown[0]) if unknown else (max(n for n, _ in needed), "")
     values = np.asarray([float(m[measured.metric]) for m in per_seed.values()], dtype=float)
     check = measured.check
     if measured.interval == "log":
         if np.any(~np.isfinite(values)) or np.any(values <= 0):
             return None, "ratio not finite and positive on every seed"
-        values = np.log(values)
-        check = _log_check(check)
+        values, check = np.log(values), _log_check(check)
+    return _t_seeds_needed(values, check, len(per_seed))
+
+
+def _clopper_pearson_seeds_needed(measured: _Measured, per_seed: Mapping[int, Mapping[str, float]]
+                                  ) -> tuple[int | None, str]:
+    successes, trials = pooled_counts(per_seed, measured.counts)
+    if trials == 0:
+        return None, "no trials"
+    rate, per_seed_trials = successes / trials, trials / len(per_seed)
+    if any(math.isclose(rate, t) for t in measured.check.thresholds()):
+        return None, "none: the rate sits on the threshold"
+    for n in range(len(per_seed) + 1, MAX_SEEDS_NEEDED + 1):
+        n_trials = max(1, round(per_seed_trials * n))
+        est = clopper_pearson(round(rate * n_trials), n_trials)
+        if _decisive(measured.check, est.low, est.high):
+            return n, ""
+    return None, f"more than {MAX_SEEDS_NEEDED} seeds"
+
+
+def _t_seeds_needed(values: np.ndarray, check: Check, n_now: int) -> tuple[int | None, str]:
     if not np.all(np.isfinite(values)) or values.size < 2 or values.std(ddof=1) == 0:
         return None, "no spread to extrapolate from"
     mean, sd = float(values.mean()), float(values.std(ddof=1))

@@ -269,3 +269,31 @@ def test_negative_control_wrong_t_quantile_is_caught(monkeypatch):
     monkeypatch.setattr(claims_module.stats.t, "ppf", lambda q, df: stats.norm.ppf(q))
     est = t_interval([1.0, 2.0, 4.0])
     assert est.high - est.low != pytest.approx(2 * 4.3027 * stats.tstd([1.0, 2.0, 4.0]) / math.sqrt(3), rel=1e-4)
+
+
+def test_binomial_widens_to_the_spread_of_disagreeing_seeds():
+    """500 trials per seed at rates 0.50 / 0.38 / 0.14: pooled Clopper-Pearson alone is about
+    [0.317, 0.364]; the seeds disagree far beyond binomial noise, so the t-interval of the three rates
+    (mean 0.34, s 0.183) decides, and a check '>= 0.3' is no longer reproduced."""
+    c = claim(metric="rate", check=Check(op=">=", value=0.3), interval="binomial",
+              counts={"successes": "k", "trials": "n"})
+    per_seed = {s: {"rate": k / 500, "k": k, "n": 500} for s, k in enumerate([250, 190, 70])}
+    row = evaluate_claim(c, per_seed, "cpu", "p")
+    rates = np.array([0.5, 0.38, 0.14])
+    half = stats.t.ppf(0.975, 2) * rates.std(ddof=1) / math.sqrt(3)
+    assert row["mean"] == pytest.approx(510 / 1500)
+    assert (row["ci_low"], row["ci_high"]) == pytest.approx((max(0, rates.mean() - half), rates.mean() + half))
+    assert row["verdict"] == INCONCLUSIVE and "rates vary" in row["note"]
+    pooled = clopper_pearson(510, 1500)
+    assert pooled.low > 0.3  # pooling alone would have called it reproduced
+    n = row["seeds_needed"]
+    assert n is not None and rates.mean() - stats.t.ppf(0.975, n - 1) * rates.std(ddof=1) / math.sqrt(n) >= 0.3
+
+
+def test_binomial_with_agreeing_seeds_is_the_pooled_interval():
+    c = claim(metric="rate", check=Check(op=">=", value=0.5), interval="binomial",
+              counts={"successes": "k", "trials": "n"})
+    per_seed = {s: {"rate": 0.7, "k": 70, "n": 100} for s in range(3)}
+    row = evaluate_claim(c, per_seed, "cpu", "p")
+    ref = stats.binomtest(210, 300).proportion_ci(method="exact")
+    assert (row["ci_low"], row["ci_high"]) == pytest.approx((ref.low, ref.high))
