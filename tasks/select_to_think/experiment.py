@@ -123,6 +123,10 @@ class AdditionTask:
     def accuracy(self, answers: list[int | None]) -> float:
         return float(np.mean([a == t for a, t in zip(answers, self.truth)]))
 
+    def correct(self, answers: list[int | None]) -> float:
+        """The number of problems solved (an integer, as a float: the binomial claims pool it over seeds)."""
+        return float(sum(a == t for a, t in zip(answers, self.truth)))
+
     def trace_accuracy(self, trace: method.DecodeTrace) -> float:
         return self.accuracy([self.parse(row) for row in trace.tokens.tolist()])
 
@@ -196,10 +200,11 @@ def run_seed(config: SelectToThinkConfig, seed: int, data_dir: Path, model_dir: 
 
     # 2. Baselines on the test problems.
     metrics: dict[str, float] = {"llm_train_steps": float(llm_steps), "slm_train_steps": float(slm_steps)}
-    metrics["llm_accuracy"] = test.accuracy(baselines.greedy_answers(llm, test.prompts, test.steps, test.parse,
-                                                                     reserved))
-    metrics["slm_greedy_accuracy"] = test.accuracy(baselines.greedy_answers(slm, test.prompts, test.steps,
-                                                                            test.parse, reserved))
+    llm_answers = baselines.greedy_answers(llm, test.prompts, test.steps, test.parse, reserved)
+    slm_answers = baselines.greedy_answers(slm, test.prompts, test.steps, test.parse, reserved)
+    metrics |= {"llm_accuracy": test.accuracy(llm_answers), "llm_correct_count": test.correct(llm_answers),
+                "slm_greedy_accuracy": test.accuracy(slm_answers),
+                "slm_greedy_correct_count": test.correct(slm_answers), "test_count": float(len(test.truth))}
     metrics["slm_maj_accuracy"] = test.accuracy(baselines.majority_at_n(
         slm, test.prompts, test.steps, s2t.maj_samples, s2t.maj_temperature, test.parse, seed, reserved))
     lap("baselines")
@@ -216,6 +221,8 @@ def run_seed(config: SelectToThinkConfig, seed: int, data_dir: Path, model_dir: 
                                llm=llm, reserved=reserved, generator=torch.Generator().manual_seed(seed))
     hits = {k: float(np.mean(v)) if v else math.nan for k, v in s2t_trace.hits.items()}
     metrics |= {f"hit_at_{k}": hits[k] for k in s2t.hit_ks} | {"hit_at_full_vocab": hits[data.BASE_VOCAB]}
+    metrics |= hit_counts(s2t_trace.hits, s2t.hit_ks)
+    metrics |= differ_counts(s2t_trace.tokens, takeover.tokens)
     metrics |= {
         "kl_threshold": kl_threshold,
         "kl_trigger_rate": kl_rate,
@@ -266,6 +273,7 @@ def run_seed(config: SelectToThinkConfig, seed: int, data_dir: Path, model_dir: 
         "s2t_minus_takeover": metrics["s2t_accuracy"] - metrics["takeover_accuracy"],
         "s2t_minus_greedy": metrics["s2t_accuracy"] - greedy,
         "local_entropy_relative_gain": relative_gain(metrics["local_entropy_accuracy"], greedy),
+        "local_entropy_over_greedy": accuracy_ratio(metrics["local_entropy_accuracy"], greedy),
         "local_entropy_minus_maj": metrics["local_entropy_accuracy"] - metrics["slm_maj_accuracy"],
     }
     lap("local_eval")
@@ -280,6 +288,33 @@ def run_seed(config: SelectToThinkConfig, seed: int, data_dir: Path, model_dir: 
     tables = {"hit_at_k": [{"k": k, "hit": hits[k]} for k in [*s2t.hit_ks, data.BASE_VOCAB]],
               "examples": example_rows(test, {"greedy": None, "s2t": s2t_trace, "local_entropy": local_entropy})}
     return {"seed": seed, "metrics": {k: float(v) for k, v in metrics.items()}, "curves": curves, "tables": tables}
+
+
+def hit_counts(hits: dict[int, list[bool]], ks: list[int]) -> dict[str, float]:
+    """Counts over the trigger steps (the trials of the hit-rate claims, pooled over seeds): hits at each K, and,
+    when 1 and 8 are among ``ks``, the steps where the LLM's token is in the SLM's top-8 but not its top-1 (C2)
+    and where the SLM's top-1 differs from the LLM's choice (the disagreement C1's precondition needs)."""
+    triggers = len(hits[ks[0]]) if ks else 0
+    out = {"trigger_count": float(triggers)} | {f"hit_at_{k}_count": float(sum(hits[k])) for k in ks}
+    if 1 in ks and 8 in ks:
+        out["hit8_not_hit1_count"] = float(sum(h8 and not h1 for h1, h8 in zip(hits[1], hits[8])))
+        out["slm_llm_disagree_count"] = float(sum(not h1 for h1 in hits[1]))
+        out["slm_llm_disagree_rate"] = out["slm_llm_disagree_count"] / triggers if triggers else math.nan
+    return out
+
+
+def differ_counts(s2t_tokens: torch.Tensor, takeover_tokens: torch.Tensor) -> dict[str, float]:
+    """Problems whose S2T and Takeover generations differ anywhere: the only problems on which their accuracies
+    can differ (C4a's precondition)."""
+    width = min(s2t_tokens.shape[1], takeover_tokens.shape[1])
+    differ = (s2t_tokens[:, :width] != takeover_tokens[:, :width]).any(dim=1)
+    differ |= torch.tensor(s2t_tokens.shape[1] != takeover_tokens.shape[1])
+    return {"s2t_takeover_differ_count": float(differ.sum()), "s2t_takeover_differ_rate": float(differ.float().mean())}
+
+
+def accuracy_ratio(accuracy: float, baseline: float) -> float:
+    """accuracy / baseline (C5 on the log scale); NaN when the baseline solves nothing (no ratio to take)."""
+    return accuracy / baseline if baseline > 0 else math.nan
 
 
 def relative_gain(accuracy: float, baseline: float) -> float:

@@ -20,6 +20,7 @@ from tasks.common import tiny_lm
 from tasks.common.results import Progress, SeedResult
 from tasks.select_to_think import data, method
 from tasks.select_to_think.config import SelectToThinkConfig
+from tasks.select_to_think.experiment import accuracy_ratio, hit_counts
 
 
 def prompt_ids(tokenizer: Any, question: str, max_tokens: int) -> torch.Tensor:
@@ -69,12 +70,17 @@ def run_seed_paper(config: SelectToThinkConfig, seed: int, data_dir: Path, model
 
     metrics: dict[str, float] = {}
     metrics["slm_greedy_accuracy"], _ = run(slm, "test", policy("greedy", "none"), False)
+    metrics["test_count"] = float(len(splits["test"]))
+    metrics["slm_greedy_correct_count"] = float(round(metrics["slm_greedy_accuracy"] * metrics["test_count"]))
     kl_threshold = threshold(slm, "kl")
     metrics["s2t_accuracy"], traces = run(slm, "test", policy("s2t", "kl", kl_threshold), True, hit_ks=s2t.hit_ks)
-    for k in s2t.hit_ks:
-        hits = [h for t in traces for h in t.hits[k]]
+    pooled = {k: [h for t in traces for h in t.hits[k]] for k in s2t.hit_ks}
+    for k, hits in pooled.items():
         metrics[f"hit_at_{k}"] = float(np.mean(hits)) if hits else math.nan
-    metrics["takeover_accuracy"], _ = run(slm, "test", policy("takeover", "kl", kl_threshold), True)
+    metrics |= hit_counts(pooled, s2t.hit_ks)
+    metrics["takeover_accuracy"], takeover_traces = run(slm, "test", policy("takeover", "kl", kl_threshold), True)
+    differ = [not torch.equal(a.tokens[0], b.tokens[0]) for a, b in zip(traces, takeover_traces)]
+    metrics |= {"s2t_takeover_differ_count": float(sum(differ)), "s2t_takeover_differ_rate": float(np.mean(differ))}
     _, collected = run(slm, "collection", policy("s2t", "kl", kl_threshold), True, collect_k=s2t.k_collect)
     groups = method.concat_groups([g for t in collected for g in t.groups], pad_id=tokenizer.eos_token_id)
     local_model = copy.deepcopy(slm)
@@ -94,6 +100,7 @@ def run_seed_paper(config: SelectToThinkConfig, seed: int, data_dir: Path, model
                 "s2t_minus_takeover": metrics["s2t_accuracy"] - metrics["takeover_accuracy"],
                 "s2t_minus_greedy": metrics["s2t_accuracy"] - greedy,
                 "local_entropy_relative_gain": metrics["local_entropy_accuracy"] / greedy - 1 if greedy else math.inf,
+                "local_entropy_over_greedy": accuracy_ratio(metrics["local_entropy_accuracy"], greedy),
                 "local_entropy_minus_maj": math.nan}  # Maj@8 at paper scale: not implemented (cost)
     tiny_lm.save_model(local_model, Path(model_dir) / f"seed{seed}" / "slm_local")  # atomic, safetensors
     return {"seed": seed, "metrics": metrics, "curves": {},

@@ -186,6 +186,7 @@ def sweep_metrics(points: Sequence[SweepPoint], sweep: MergeSweepConfig) -> dict
         "decomposition_identity_error": max(p.identity_error for p in points),
         "m2_acc_drop_mild": acc["M2", 1.0] - acc["M2", mildest],
         "m2_acc_drop_smallest_r": acc["M2", 1.0] - acc["M2", smallest],
+        "m2_acc_drop_aggressive_mean": float(np.mean([acc["M2", 1.0] - acc["M2", r] for r in aggressive])),
         "m1_rms_shift_smallest_r": abs(1.0 - _point(points, "M1", smallest).rms_ratio_last),
         "m2_rms_shift_smallest_r": abs(1.0 - _point(points, "M2", smallest).rms_ratio_last),
         "m2_kappa_smallest_r": _point(points, "M2", smallest).mean_merged_kappa,

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 from pydantic import ValidationError
 
 from tasks.common.claims import load_claims
@@ -127,9 +128,17 @@ def test_run_seed_smoke_returns_every_claim_metric(smoke_results):
     for claim in load_claims(FOLDER / "claims.yaml"):
         if claim.metric is not None:
             assert claim.metric in metrics, claim.id
+            for measured in [claim, *claim.preconditions]:  # preconditions and binomial counts are emitted too
+                assert measured.metric in metrics, (claim.id, measured.metric)
+                if measured.counts is not None:
+                    for name in (measured.counts.successes, measured.counts.trials):
+                        assert metrics[name] == round(metrics[name]) >= 0, (claim.id, name)
     assert set(result) == {"seed", "metrics", "curves", "tables"}
     assert all(isinstance(v, float) for v in metrics.values())
-    assert all(np.isfinite(v) for k, v in metrics.items() if k != "local_entropy_relative_gain")
+    # undefined at a tiny scale only: a ratio to a greedy SLM that solves nothing, a rate with no trigger step
+    undefined = {"local_entropy_relative_gain", "local_entropy_over_greedy", "slm_llm_disagree_rate"}
+    assert all(np.isfinite(v) for k, v in metrics.items() if k not in undefined)
+    assert metrics["hit_at_8_count"] <= metrics["trigger_count"] and metrics["test_count"] == 60
     for name in ("llm", "slm", "slm_local"):
         assert (root / "models" / "seed0" / name / "model.safetensors").is_file()
     assert calls and calls[-1] == pytest.approx(1.0)
@@ -137,6 +146,27 @@ def test_run_seed_smoke_returns_every_claim_metric(smoke_results):
     assert metrics["local_entropy_llm_evaluations"] == 0.0
     assert metrics["local_frozen_rows_max_change"] == 0.0
     assert metrics["hit_at_full_vocab"] == 1.0
+
+
+def test_hit_counts_over_trigger_steps():
+    hits = {1: [True, False, False, True], 2: [True, True, False, True], 8: [True, True, True, True]}
+    counts = experiment.hit_counts(hits, [1, 2, 8])
+    assert counts == {"trigger_count": 4.0, "hit_at_1_count": 2.0, "hit_at_2_count": 3.0, "hit_at_8_count": 4.0,
+                      "hit8_not_hit1_count": 2.0, "slm_llm_disagree_count": 2.0, "slm_llm_disagree_rate": 0.5}
+    # the counts give the rates the claims read: hit@8 - hit@1 = (in top-8, not top-1) / triggers
+    assert counts["hit8_not_hit1_count"] / counts["trigger_count"] == np.mean(hits[8]) - np.mean(hits[1])
+    empty = experiment.hit_counts({1: [], 8: []}, [1, 8])
+    assert empty["trigger_count"] == 0.0 and np.isnan(empty["slm_llm_disagree_rate"])
+
+
+def test_differ_counts_and_accuracy_ratio():
+    a = torch.tensor([[1, 2, 3], [4, 5, 6], [7, 8, 9]])
+    b = torch.tensor([[1, 2, 3], [4, 0, 6], [7, 8, 9]])
+    assert experiment.differ_counts(a, b) == {"s2t_takeover_differ_count": 1.0,
+                                              "s2t_takeover_differ_rate": pytest.approx(1 / 3)}
+    assert experiment.differ_counts(a, a)["s2t_takeover_differ_count"] == 0.0
+    assert experiment.accuracy_ratio(0.33, 0.3) == pytest.approx(1.1)
+    assert np.isnan(experiment.accuracy_ratio(0.5, 0.0))
 
 
 def test_run_seed_is_deterministic_given_the_seed(smoke_results):

@@ -305,7 +305,9 @@ def test_cached_decoding_matches_full_forward():
         x = torch.cat([x, cached.argmax(-1, keepdim=True)], 1)
 
 
-def test_entropy_trigger_local_runs_without_llm_and_kl_needs_it():
+def check_entropy_local_is_llm_free() -> None:
+    """C7: S2T-Local with the entropy trigger decodes with llm=None (no LLM exists to call), triggering at every
+    step after the warm-up, and counts zero LLM evaluations; the KL trigger cannot run without the LLM."""
     model = tiny_model()
     prompts = torch.randint(0, BASE, (4, 5), generator=torch.Generator().manual_seed(0))
     trace = method.decode(model, prompts, 6, method.DecodePolicy(action="local", trigger="entropy", threshold=-1.0,
@@ -313,6 +315,17 @@ def test_entropy_trigger_local_runs_without_llm_and_kl_needs_it():
     assert trace.llm_row_evaluations == 0 and trace.fired[:, 1:].all()
     with pytest.raises(ValueError, match="needs the LLM"):
         method.decode(model, prompts, 6, method.DecodePolicy(action="local", trigger="kl"), reserved=RESERVED)
+
+
+def test_entropy_trigger_local_runs_without_llm_and_kl_needs_it():
+    check_entropy_local_is_llm_free()
+
+
+def test_negative_control_local_action_that_consults_the_llm_fails_c7(monkeypatch):
+    """A library whose S2T-Local action asks the LLM at triggers (as S2T does) cannot run the LLM-free decode."""
+    monkeypatch.setattr(method.DecodePolicy, "needs_llm_at_triggers", property(lambda self: True))
+    with pytest.raises(ValueError, match="needs the LLM"):
+        check_entropy_local_is_llm_free()
 
 
 def test_majority_vote_rules():

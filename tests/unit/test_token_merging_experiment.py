@@ -123,9 +123,10 @@ def test_run_seed_smoke_returns_every_claim_metric(smoke_results):
     _, root, result, _, calls = smoke_results
     metrics = result["metrics"]
     for claim in load_claims(FOLDER / "claims.yaml"):
-        if claim.metric is not None:
-            assert claim.metric in metrics, claim.id
-            assert np.isfinite(metrics[claim.metric]), claim.id
+        for name in [claim.metric, *(p.metric for p in claim.preconditions)]:
+            if name is not None:
+                assert name in metrics, (claim.id, name)
+                assert np.isfinite(metrics[name]), (claim.id, name)
     assert set(result) == {"seed", "metrics", "curves", "tables"}
     assert all(isinstance(v, float) for v in metrics.values())
     assert (root / "models" / "seed0" / "vit.safetensors").is_file()
@@ -191,3 +192,28 @@ def test_paper_profile_runs_on_local_stand_ins(tmp_path):
     wrong = CONFIG.model_validate(raw | {"hub": raw["hub"] | {"n_images": 15}})
     with pytest.raises(ValueError, match=r"token_merging\.hub\.n_images: .*rerun the data phase"):
         experiment.run_seed(wrong, 0, tmp_path / "data", tmp_path / "models")
+
+
+def _points(acc: dict[tuple[str, float], float], angular: dict[tuple[str, float], float]) -> list:
+    return [experiment.SweepPoint(method=name, retention=r, realised_retention=r, accuracy=a / 100.0, radial=0.0,
+                                  angular=angular.get((name, r), 1.0), total=1.0, identity_error=0.0,
+                                  rms_ratio_last=1.0, rms_ratio_per_block=[1.0], mean_merged_kappa=1.0)
+            for (name, r), a in acc.items()]
+
+
+def test_sweep_metrics_headroom_precondition_and_correction_gaps():
+    """m2_acc_drop_aggressive_mean (the correction claims' precondition) is M2's accuracy at r = 1 minus its
+    mean over r <= 0.25; the gaps M3 - M2 and the M3 / M2 angular ratio are taken over the same r."""
+    sweep = smoke_config().merge.model_copy(update={"retentions": [1.0, 0.5, 0.25, 0.1], "aggressive_retention": 0.25})
+    m2 = {1.0: 95.0, 0.5: 94.0, 0.25: 92.0, 0.1: 89.0}  # loses 3 and 6 points at r <= 0.25
+    m3 = {1.0: 95.0, 0.5: 93.5, 0.25: 93.0, 0.1: 92.0}
+    acc = {(name, r): (m3[r] if name in ("M3", "M4") else m2[r]) for name in ("M1", "M2", "M3", "M4", "M5", "M6")
+           for r in m2}
+    angular = {("M2", 0.25): 2.0, ("M3", 0.25): 1.0, ("M2", 0.1): 4.0, ("M3", 0.1): 3.0}
+    metrics = experiment.sweep_metrics(_points(acc, angular), sweep)
+    assert metrics["m2_acc_drop_aggressive_mean"] == pytest.approx(4.5)  # (3 + 6) / 2 >= 2: headroom
+    assert metrics["m2_acc_drop_smallest_r"] == pytest.approx(6.0)
+    assert metrics["m3_minus_m2_acc_aggressive_mean"] == pytest.approx(2.0)  # (1 + 3) / 2
+    assert metrics["m3_minus_m2_acc_min"] == pytest.approx(-0.5)  # r = 0.5
+    assert metrics["m3_over_m2_angular_max_aggressive"] == pytest.approx(0.75)  # max(1 / 2, 3 / 4)
+    assert metrics["r1_max_method_acc_spread"] == 0.0
