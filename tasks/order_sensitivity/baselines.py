@@ -1,4 +1,4 @@
-"""Baselines the ISR gate is compared with (brief, CPU profile).
+"""Baselines the ISR gate is compared with (README, "Method summary"; claim C7).
 
 - the ungated model: answers every item with its single fixed (identity) order label;
 - a confidence-threshold gate: abstains on the least confident items, at the same abstention rate as the

@@ -6,7 +6,9 @@ from typing import Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from tasks.common.params import ProfileConfig
+from tasks.common.params import PaperConfig, ProfileConfig
+
+TITLE = "order_sensitivity: Predictable Compression Failures (order sensitivity, information budgeting)"
 
 
 class ProceduralDataConfig(ProfileConfig):
@@ -138,7 +140,7 @@ class HubConfig(ProfileConfig):
     max_chunk_words: int = Field(default=36, ge=4, description="a chunk is cut to this many words (~48 tokens)")
 
 
-class OrderSensitivityConfig(ProfileConfig):
+class OrderSensitivityConfig(PaperConfig):
     """smoke / cpu: ``data`` + ``model`` (a tiny GPT-2 trained per seed); paper: ``hub``."""
 
     data: ProceduralDataConfig | None = None
@@ -146,7 +148,6 @@ class OrderSensitivityConfig(ProfileConfig):
     hub: HubConfig | None = None
     evaluation: EvaluationConfig
     theory: TheoryConfig = TheoryConfig()
-    device: str = Field(default="auto", pattern="^(auto|cpu|cuda|mps)$")
 
     @model_validator(mode="after")
     def _one_model_source(self) -> OrderSensitivityConfig:

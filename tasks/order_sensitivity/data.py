@@ -1,6 +1,6 @@
 """Data of the order_sensitivity experiment.
 
-smoke / cpu: procedural evidence/claim items (project design, from the brief's CPU profile). One parquet
+smoke / cpu: procedural evidence/claim items (project design; README, "Experiment"). One parquet
 per seed holds every split (train, val, test, dose) as *structured* items: the chunks' (entity, attribute,
 value) triples, which of them are relevant, the claim and its label. Token sequences are rendered at run
 time under each permutation (:func:`render_ids`), so the same item is scored in many orders.
@@ -20,7 +20,7 @@ import numpy as np
 import polars as pl
 
 from tasks.common.io import write_json, write_parquet
-from tasks.order_sensitivity.config import HubConfig, ProceduralDataConfig
+from tasks.order_sensitivity.config import HubConfig, OrderSensitivityConfig, ProceduralDataConfig
 
 SPLITS = ("train", "val", "test", "dose")
 NO_LABEL = -1  # gold label of a control item: no evidence, the correct behaviour is to abstain
@@ -316,17 +316,9 @@ def hub_items_path(data_dir: Path, seed: int) -> Path:
     return Path(data_dir) / f"hub_items_seed{seed}.parquet"
 
 
-def load_hub_model(name_or_path: str, dtype: str, load_in_4bit: bool = False):
-    """Paper profile: a causal LM and its tokenizer by hub name (a local folder in tests)."""
-    import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    kwargs: dict[str, Any] = {"dtype": getattr(torch, dtype)}
-    if load_in_4bit:
-        from transformers import BitsAndBytesConfig
-
-        kwargs["quantization_config"] = BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type="nf4",
-                                                           bnb_4bit_compute_dtype=getattr(torch, dtype))
-    tokenizer = AutoTokenizer.from_pretrained(name_or_path)
-    model = AutoModelForCausalLM.from_pretrained(name_or_path, **kwargs)
-    return model.eval(), tokenizer
+def write_data(cfg: OrderSensitivityConfig, seeds: tuple[int, ...], data_dir: Path) -> list[Path]:
+    """Data phase: the procedural items per seed, or (paper profile) each seed's real evidence items."""
+    data_dir = Path(data_dir)
+    if cfg.hub is None:
+        return write_procedural(cfg.data, seeds, data_dir)
+    return [write_parquet(load_hub_items(cfg.hub, seed), hub_items_path(data_dir, seed)) for seed in seeds]

@@ -1,32 +1,33 @@
-"""Figures of order_sensitivity, built from the per-seed result dicts only (no recompute), and their CSV
+"""Figures of order_sensitivity, built from the per-seed results only (no recompute), and their CSV
 sources for ``dvc plots``: (1) dispersion E|R| vs n with the a + b ln n fit, (2) hallucination vs
 abstention for ISR-ranked and confidence-ranked gates, (3) Delta_bar and hallucination vs dose d."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import polars as pl
 
 from tasks.common.figures import new_figure, save_figure, write_plot_csv
-from tasks.order_sensitivity.experiment import HALLUCINATION_DEFINITION
+from tasks.common.results import SeedResult
+from tasks.order_sensitivity.config import OrderSensitivityConfig
+from tasks.order_sensitivity.measures import HALLUCINATION_DEFINITION
 
 
-def _rows(results: Sequence[Mapping[str, Any]], table: str) -> pl.DataFrame:
-    return pl.DataFrame([row | {"seed": r["seed"]} for r in results for row in r["tables"].get(table, [])])
+def _rows(results: Sequence[SeedResult], table: str) -> pl.DataFrame:
+    return pl.DataFrame([row | {"seed": r.seed} for r in results for row in r.tables.get(table, [])])
 
 
-def dispersion_figure(results: Sequence[Mapping[str, Any]], frame: pl.DataFrame, path: Path) -> Path:
+def dispersion_figure(results: Sequence[SeedResult], frame: pl.DataFrame, path: Path) -> Path:
     fig, axes = new_figure(width=5.4)
     ax = axes[0, 0]
     for result in results:
-        part = frame.filter(pl.col("seed") == result["seed"]).sort("n")
+        part = frame.filter(pl.col("seed") == result.seed).sort("n")
         n = part["n"].to_numpy()
-        line = ax.plot(n, part["mean_abs_residual"].to_numpy(), marker="o", ms=3, label=f"seed {result['seed']}")[0]
-        m = result["metrics"]
+        line = ax.plot(n, part["mean_abs_residual"].to_numpy(), marker="o", ms=3, label=f"seed {result.seed}")[0]
+        m = result.metrics
         grid = np.geomspace(n.min(), n.max(), 50)
         ax.plot(grid, m["dispersion_log_intercept"] + m["dispersion_log_slope"] * np.log(grid), ls="--",
                 color=line.get_color(), lw=1,
@@ -40,7 +41,7 @@ def dispersion_figure(results: Sequence[Mapping[str, Any]], frame: pl.DataFrame,
     return save_figure(fig, path)
 
 
-def gate_figure(results: Sequence[Mapping[str, Any]], frame: pl.DataFrame, path: Path) -> Path:
+def gate_figure(results: Sequence[SeedResult], frame: pl.DataFrame, path: Path) -> Path:
     fig, axes = new_figure(width=5.4)
     ax = axes[0, 0]
     summary = frame.group_by("abstention").agg(pl.col("isr_rank_hallucination").mean(),
@@ -49,7 +50,7 @@ def gate_figure(results: Sequence[Mapping[str, Any]], frame: pl.DataFrame, path:
     ax.plot(summary["abstention"], 100 * summary["confidence_hallucination"], marker="s", ms=3,
             label="ranked by confidence max(q̄, 1 − q̄)")
     for result in results:
-        m = result["metrics"]
+        m = result.metrics
         ax.scatter([m["gate_abstention"]], [100 * m["gate_hallucination_answered"]], marker="*", s=60, color="k",
                    zorder=5)
     ax.scatter([], [], marker="*", color="k", label="ISR = 1 gate (one star per seed)")
@@ -83,7 +84,8 @@ def dose_figure(frame: pl.DataFrame, path: Path) -> Path:
     return save_figure(fig, path)
 
 
-def make_figures(config: Any, results: list[dict], figures_dir: Path, plots_dir: Path) -> list[Path]:
+def make_figures(config: OrderSensitivityConfig, results: list[SeedResult], figures_dir: Path, plots_dir: Path
+                 ) -> list[Path]:
     figures_dir, plots_dir = Path(figures_dir), Path(plots_dir)
     made = []
     dispersion = _rows(results, "dispersion_vs_n")

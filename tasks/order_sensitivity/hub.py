@@ -17,9 +17,25 @@ import torch
 from tasks.common.results import Progress
 from tasks.order_sensitivity import data
 from tasks.order_sensitivity.config import OrderSensitivityConfig
+from tasks.order_sensitivity.measures import ScoredItems
 
 MASK_TEXT = "[MASK]"
 DOSE_CHUNKS = 4
+
+
+def load_hub_model(name_or_path: str, dtype: str, load_in_4bit: bool = False):
+    """Paper profile: a causal LM and its tokenizer by hub name (a local folder in tests)."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    kwargs: dict[str, Any] = {"dtype": getattr(torch, dtype)}
+    if load_in_4bit:
+        from transformers import BitsAndBytesConfig
+
+        kwargs["quantization_config"] = BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type="nf4",
+                                                           bnb_4bit_compute_dtype=getattr(torch, dtype))
+    tokenizer = AutoTokenizer.from_pretrained(name_or_path)
+    model = AutoModelForCausalLM.from_pretrained(name_or_path, **kwargs)
+    return model.eval(), tokenizer
 
 
 def render_prompt(chunks: list[str], claim: str) -> str:
@@ -67,9 +83,8 @@ def dose_items(frame: pl.DataFrame, rng: np.random.Generator) -> pl.DataFrame:
 
 
 def score_items(model, tokenizer, frame: pl.DataFrame, permutations: int, skeletons: int, rng: np.random.Generator,
-                device: str, progress: Progress | None = None):
-    from tasks.order_sensitivity.experiment import ScoredItems
-
+                device: str, progress: Progress | None = None) -> ScoredItems:
+    """Every item of ``frame`` under m uniform permutations, skeletons of the first k, and its stored order."""
     q_full, q_skeleton, q_identity = [], [], []
     for i, item in enumerate(frame.iter_rows(named=True)):
         chunks, relevant = list(item["chunks"]), list(item["relevant"])
@@ -101,8 +116,9 @@ def read_hub_items(cfg: OrderSensitivityConfig, seed: int, data_dir: Path) -> pl
 
 
 def hub_scores(cfg: OrderSensitivityConfig, frame: pl.DataFrame, seed: int, device: str,
-               progress: Progress | None) -> tuple[Any, Any, dict[str, float], dict]:
-    model, tokenizer = data.load_hub_model(cfg.hub.model, cfg.hub.dtype, cfg.hub.load_in_4bit)
+               progress: Progress | None) -> tuple[ScoredItems, ScoredItems | None, dict[str, float]]:
+    """The hub model scores the test items and the dose items built from them (one stream (seed, 3003))."""
+    model, tokenizer = load_hub_model(cfg.hub.model, cfg.hub.dtype, cfg.hub.load_in_4bit)
     if not cfg.hub.load_in_4bit:
         model.to(device)
     ev = cfg.evaluation
@@ -111,4 +127,4 @@ def hub_scores(cfg: OrderSensitivityConfig, frame: pl.DataFrame, seed: int, devi
     doses = dose_items(frame, rng)
     dose = (score_items(model, tokenizer, doses, ev.permutations, ev.skeletons, rng, device)
             if doses.height else None)
-    return test, dose, {"n_items": float(frame.height)}, {}
+    return test, dose, {"n_items": float(frame.height)}

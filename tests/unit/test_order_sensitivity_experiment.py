@@ -1,5 +1,6 @@
-"""order_sensitivity config, data phase, run_seed at the smoke profile, figures, and the paper profile's
-loaders on local stand-ins (no network)."""
+"""order_sensitivity config validators, data phase, the train / evaluate / claim_metrics steps at the smoke
+profile, the measurements on hand-built scores, figures, and the paper profile on local stand-ins (no network).
+Profiles validating and a bad value naming its key are tests/unit/test_paper_contracts.py's, for every paper."""
 
 from __future__ import annotations
 
@@ -12,7 +13,8 @@ from pydantic import ValidationError
 
 from tasks.common.claims import load_claims
 from tasks.common.params import ParamsError, params_section, validate_paper_section
-from tasks.order_sensitivity import data, experiment, figures, hub
+from tasks.common.results import SeedResult
+from tasks.order_sensitivity import claim_metrics, data, evaluate, figures, hub, measures, model, train
 from tasks.order_sensitivity.config import CONFIG
 
 FOLDER = Path(__file__).resolve().parents[2] / "tasks" / "order_sensitivity"
@@ -26,9 +28,8 @@ def smoke_config():
     return CONFIG.model_validate(profile_section()["smoke"])
 
 
-def test_every_profile_validates_and_bad_values_name_the_key():
+def test_paper_validators_name_the_key():
     configs = validate_paper_section("order_sensitivity", profile_section())
-    assert set(configs) == {"smoke", "cpu", "paper"}
     assert configs["paper"].hub is not None and configs["cpu"].hub is None
     bad = profile_section()
     bad["cpu"]["model"]["n_head"] = 5
@@ -41,10 +42,6 @@ def test_every_profile_validates_and_bad_values_name_the_key():
     bad = profile_section()
     bad["cpu"]["evaluation"]["clip_mode"] = "both"
     with pytest.raises(ParamsError, match=r"order_sensitivity\.cpu\.evaluation\.clip_mode"):
-        validate_paper_section("order_sensitivity", bad)
-    bad = profile_section()
-    bad["cpu"]["data"]["colour"] = "red"
-    with pytest.raises(ParamsError, match=r"order_sensitivity\.cpu\.data\.colour: unknown key"):
         validate_paper_section("order_sensitivity", bad)
 
 
@@ -77,18 +74,27 @@ def test_paper_profile_refuses_a_batch_size_the_hub_scorer_would_ignore():
 
 def test_stale_data_fails_before_any_compute(tmp_path, monkeypatch):
     cfg = smoke_config()
-    experiment.write_data(cfg, (0,), tmp_path)
+    data.write_data(cfg, (0,), tmp_path)
 
     def no_compute(*_args, **_kwargs):
         raise AssertionError("compute started before the data were validated")
 
-    for name in ("qmv_metrics", "edfl_metrics", "build_model"):
-        monkeypatch.setattr(experiment, name, no_compute)
+    monkeypatch.setattr(train, "build_model", no_compute)
+    for name in ("qmv_metrics", "edfl_metrics", "load_model"):
+        monkeypatch.setattr(evaluate, name, no_compute)
     stale = cfg.model_copy(update={"data": cfg.data.model_copy(update={"n_values": 9})})
-    with pytest.raises(ValueError, match=r"order_sensitivity\.data\.n_values: .*rerun the data phase"):
-        experiment.run_seed(stale, 0, tmp_path, tmp_path / "models")
-    with pytest.raises(FileNotFoundError, match="run the data phase first"):
-        experiment.run_seed(cfg, 1, tmp_path, tmp_path / "models")
+    for step in (train.train, evaluate.evaluate):
+        with pytest.raises(ValueError, match=r"order_sensitivity\.data\.n_values: .*rerun the data phase"):
+            step(stale, 0, tmp_path, tmp_path / "models" / "seed0")
+        with pytest.raises(FileNotFoundError, match="run the data phase first"):
+            step(cfg, 1, tmp_path, tmp_path / "models" / "seed1")
+
+
+def test_evaluate_reads_the_checkpoint_train_wrote(tmp_path):
+    cfg = smoke_config()
+    data.write_data(cfg, (0,), tmp_path)
+    with pytest.raises(FileNotFoundError, match="run the train step first"):
+        evaluate.evaluate(cfg, 0, tmp_path, tmp_path / "models" / "seed0")
 
 
 def test_procedural_items_follow_the_labelling_rules():
@@ -128,7 +134,7 @@ def test_rendering_permutes_chunks_and_masks_only_relevant_values():
 
 def test_stale_or_missing_data_is_rejected_with_the_key(tmp_path):
     cfg = smoke_config()
-    experiment.write_data(cfg, (0,), tmp_path)
+    data.write_data(cfg, (0,), tmp_path)
     other = cfg.data.model_copy(update={"primacy_fraction": 0.2})
     with pytest.raises(ValueError, match=r"order_sensitivity\.data\.primacy_fraction: .*rerun the data phase"):
         data.read_procedural(other, tmp_path, 0)
@@ -136,20 +142,29 @@ def test_stale_or_missing_data_is_rejected_with_the_key(tmp_path):
         data.read_procedural(cfg.data, tmp_path, 1)
 
 
+def run_steps(cfg, seed: int, data_dir: Path, model_dir: Path, progress=None) -> SeedResult:
+    """What the flow does per seed: train, evaluate from the checkpoint, then the claim metrics."""
+    report = progress or (lambda _f, _m: None)
+    result = train.train(cfg, seed, data_dir, model_dir, progress=lambda f, m: report(("train", f), m))
+    result = result.merged(evaluate.evaluate(cfg, seed, data_dir, model_dir,
+                                             progress=lambda f, m: report(("evaluate", f), m)))
+    return result.add(claim_metrics.claim_metrics(cfg, result))
+
+
 @pytest.fixture(scope="module")
 def smoke_results(tmp_path_factory):
     root = tmp_path_factory.mktemp("order_sensitivity")
     cfg = smoke_config()
-    experiment.write_data(cfg, (0,), root / "data")
-    calls: list[float] = []
-    first = experiment.run_seed(cfg, 0, root / "data", root / "models", progress=lambda f, _m: calls.append(f))
-    again = experiment.run_seed(cfg, 0, root / "data", root / "models2")
+    data.write_data(cfg, (0,), root / "data")
+    calls: list[tuple[str, float]] = []
+    first = run_steps(cfg, 0, root / "data", root / "models" / "seed0", progress=lambda f, _m: calls.append(f))
+    again = run_steps(cfg, 0, root / "data", root / "models2" / "seed0")
     return cfg, root, first, again, calls
 
 
-def test_run_seed_smoke_returns_every_claim_metric(smoke_results):
+def test_smoke_steps_return_every_claim_metric(smoke_results):
     _, root, result, _, calls = smoke_results
-    metrics = result["metrics"]
+    metrics = result.metrics
     for claim in load_claims(FOLDER / "claims.yaml"):
         if claim.metric is not None:
             assert claim.metric in metrics, claim.id
@@ -162,41 +177,62 @@ def test_run_seed_smoke_returns_every_claim_metric(smoke_results):
             # nothing has no hallucination rate), never inf
             assert np.isfinite(metrics[claim.metric]) or ("smoke" not in claim.profiles
                                                           and np.isnan(metrics[claim.metric])), claim.id
-    assert set(result) == {"seed", "metrics", "curves", "tables"}
     assert all(isinstance(v, float) for v in metrics.values())
-    assert (root / "models" / "seed0" / "chunk_gpt2.safetensors").is_file()
-    assert calls and calls[-1] == pytest.approx(1.0)
-    # exact checks hold inside the experiment at any profile
+    assert set(result.tables) == {"qmv_first_order", "dispersion_vs_n", "gate_curve", "dose_response", "definitions"}
+    assert [p.name for p in (root / "models" / "seed0").iterdir()] == [model.CHECKPOINT]
+    assert ("train", 1.0) in calls and calls[-1] == ("evaluate", 1.0)
+    # exact checks hold inside the evaluation at any profile
     assert metrics["wiring_control_abstention"] == 1.0
     assert metrics["qmv_violation_rate"] == 0.0 and metrics["edfl_violations"] == 0.0
     assert metrics["edfl_model_min_slack"] >= -1e-12
     assert metrics["abs_residual_over_pair_max"] <= 1.0
 
 
-def test_run_seed_is_deterministic_given_the_seed(smoke_results):
-    _, _, first, again, _ = smoke_results
-    strip = {k: v for k, v in first["metrics"].items() if not k.startswith("seconds_")}
-    assert strip == {k: v for k, v in again["metrics"].items() if not k.startswith("seconds_")}
-    assert first["curves"] == again["curves"]
+def test_claim_metrics_are_the_rates_and_differences_of_the_measurements(smoke_results):
+    """claim_metrics only divides counts and subtracts measurements; each agrees with its definition on items."""
+    _, _, result, _, _ = smoke_results
+    m = result.metrics
+    assert m["gate_abstention"] == pytest.approx(m["gate_abstained_count"] / m["test_item_count"], abs=1e-15)
+    assert m["order_flip_fraction"] == m["order_flip_count"] / m["non_control_count"]
+    assert m["mixture_minus_single_acc_pp"] == 100 * (m["mixture_accuracy"] - m["single_order_accuracy"])
+    assert m["dose_evidence_hallucination_rate"] == m["dose_evidence_hallucinated_count"] / m["dose_evidence_count"]
+    assert claim_metrics.rate(0.0, 0.0) != claim_metrics.rate(0.0, 0.0)  # NaN without trials
+
+
+def test_steps_are_deterministic_given_the_seed(smoke_results):
+    _, root, first, again, _ = smoke_results
+    strip = {k: v for k, v in first.metrics.items() if not k.startswith("seconds_")}
+    assert strip == {k: v for k, v in again.metrics.items() if not k.startswith("seconds_")}
+    assert first.curves == again.curves and first.tables == again.tables
+    checkpoint = Path("seed0") / model.CHECKPOINT
+    assert (root / "models" / checkpoint).read_bytes() == (root / "models2" / checkpoint).read_bytes()
 
 
 def test_figures_build_from_results(smoke_results, tmp_path):
     cfg, _, first, again, _ = smoke_results
-    paths = figures.make_figures(cfg, [first, again | {"seed": 1}], tmp_path / "figures", tmp_path / "plots")
+    second = SeedResult(1).add(again.metrics, curves=again.curves, tables=again.tables)
+    paths = figures.make_figures(cfg, [first, second], tmp_path / "figures", tmp_path / "plots")
     assert {p.suffix for p in paths} == {".png", ".csv"}
     assert len(paths) == 6
     assert all(p.is_file() and p.stat().st_size > 0 for p in paths)
 
 
+def measured(scored: measures.ScoredItems, ev) -> tuple[dict[str, float], object]:
+    """The gate and mixture measurements of hand-built scores, with the claim numbers derived from them."""
+    gate, plan = measures.gate_metrics(scored, ev)
+    result = SeedResult(0).add(gate).add(measures.mixture_metrics(scored, ev))
+    return result.metrics | claim_metrics.claim_metrics(smoke_config(), result), plan
+
+
 def test_gate_metrics_follow_the_hallucination_definition():
     """Hand-built scores: a confident correct item, a confident wrong item, a control answered, an unsure item."""
     q_full = np.array([[0.99] * 4, [0.99] * 4, [0.99] * 4, [0.6] * 4])
-    scored = experiment.ScoredItems(q_full=q_full, q_skeleton=np.full((4, 2), 0.5), q_identity=q_full[:, 0],
+    scored = measures.ScoredItems(q_full=q_full, q_skeleton=np.full((4, 2), 0.5), q_identity=q_full[:, 0],
                                     label=np.array([1, 0, data.NO_LABEL, 1]),
                                     is_control=np.array([False, False, True, False]),
                                     n_chunks=np.array([3, 3, 4, 4]), dose=np.full(4, -1))
     ev = smoke_config().evaluation
-    metrics, plan = experiment.gate_metrics(scored, ev)
+    metrics, plan = measured(scored, ev)
     np.testing.assert_array_equal(plan.answer, [True, True, True, False])
     assert metrics["gate_hallucination_answered"] == pytest.approx(2 / 3)
     assert metrics["gate_abstention"] == pytest.approx(0.25)
@@ -212,31 +248,31 @@ def test_gate_metrics_follow_the_hallucination_definition():
 
 def test_order_flips_count_items_whose_label_changes_between_permutations():
     q_full = np.array([[0.9, 0.8, 0.7], [0.9, 0.4, 0.7], [0.2, 0.1, 0.3], [0.6, 0.4, 0.5], [0.1, 0.9, 0.9]])
-    scored = experiment.ScoredItems(q_full=q_full, q_skeleton=q_full[:, :2], q_identity=q_full[:, 0],
+    scored = measures.ScoredItems(q_full=q_full, q_skeleton=q_full[:, :2], q_identity=q_full[:, 0],
                                     label=np.array([1, 1, 0, 1, data.NO_LABEL]),
                                     is_control=np.array([False, False, False, False, True]),
                                     n_chunks=np.full(5, 3), dose=np.full(5, -1))
-    metrics = experiment.mixture_metrics(scored, smoke_config().evaluation)
+    metrics, _ = measured(scored, smoke_config().evaluation)
     # items 2 and 4 flip; the Control (which also flips) is not counted
     assert metrics["order_flip_count"] == 2.0 and metrics["order_flip_fraction"] == 0.5
     # the bound the C3a precondition rests on: |mixture - single accuracy| <= the share that flips
     assert abs(metrics["mixture_minus_single_acc_pp"]) <= 100 * metrics["order_flip_fraction"]
-    no_flip = experiment.ScoredItems(**(scored.__dict__ | {"q_full": np.repeat(q_full[:, :1], 3, axis=1)}))
-    metrics = experiment.mixture_metrics(no_flip, smoke_config().evaluation)
+    no_flip = measures.ScoredItems(**(scored.__dict__ | {"q_full": np.repeat(q_full[:, :1], 3, axis=1)}))
+    metrics, _ = measured(no_flip, smoke_config().evaluation)
     assert metrics["order_flip_count"] == 0.0 and metrics["mixture_minus_single_acc_pp"] == 0.0
 
 
-def _random_scored(rng: np.random.Generator, n: int = 400, m: int = 6, k: int = 3) -> experiment.ScoredItems:
+def _random_scored(rng: np.random.Generator, n: int = 400, m: int = 6, k: int = 3) -> measures.ScoredItems:
     q_full = rng.uniform(0.01, 0.99, size=(n, m))
     control = rng.random(n) < 0.25
     label = np.where(control, data.NO_LABEL, rng.integers(2, size=n))
-    return experiment.ScoredItems(q_full=q_full, q_skeleton=rng.uniform(0.01, 0.99, size=(n, k)),
+    return measures.ScoredItems(q_full=q_full, q_skeleton=rng.uniform(0.01, 0.99, size=(n, k)),
                                   q_identity=q_full[:, 0], label=label, is_control=control, n_chunks=np.full(n, 4),
                                   dose=np.full(n, -1))
 
 
-def check_ungated_hallucination_counts_controls(scored: experiment.ScoredItems) -> None:
-    metrics, _ = experiment.gate_metrics(scored, smoke_config().evaluation)
+def check_ungated_hallucination_counts_controls(scored: measures.ScoredItems) -> None:
+    metrics, _ = measured(scored, smoke_config().evaluation)
     share = scored.is_control.mean()
     wrong = metrics["ungated_wrong_label_rate"]
     assert metrics["control_share"] == share
@@ -254,7 +290,7 @@ def test_ungated_hallucination_counts_every_answered_control():
 
 def test_ungated_hallucination_negative_control_controls_not_counted_fails(monkeypatch):
     """A library whose definition forgets the Control clause (answered AND wrong label only) breaks the identity."""
-    monkeypatch.setattr(experiment, "hallucinated",
+    monkeypatch.setattr(measures, "hallucinated",
                         lambda answered, decision, scored: answered & ~scored.is_control & (decision != scored.label))
     with pytest.raises(AssertionError):
         check_ungated_hallucination_counts_controls(_random_scored(np.random.default_rng(3)))
@@ -266,12 +302,12 @@ def test_binary_edfl_slack_is_nonnegative_for_any_probabilities():
     rng = np.random.default_rng(4)
     for _ in range(20):
         scored = _random_scored(rng, m=ev.permutations, k=ev.skeletons)
-        assert experiment.edfl_model_min_slack(scored, ev) >= -1e-12
+        assert measures.edfl_model_min_slack(scored, ev) >= -1e-12
     # equal skeletons: both sides coincide, the slack is 0 on every item
     same = _random_scored(rng, m=ev.permutations, k=ev.skeletons)
     equal = np.repeat(same.q_skeleton[:, :1], ev.skeletons, axis=1)
-    same = experiment.ScoredItems(**(same.__dict__ | {"q_skeleton": equal}))
-    assert experiment.edfl_model_min_slack(same, ev) == pytest.approx(0.0, abs=1e-12)
+    same = measures.ScoredItems(**(same.__dict__ | {"q_skeleton": equal}))
+    assert measures.edfl_model_min_slack(same, ev) == pytest.approx(0.0, abs=1e-12)
 
 
 def test_binary_edfl_negative_control_non_convex_divergence_fails(monkeypatch):
@@ -282,22 +318,22 @@ def test_binary_edfl_negative_control_non_convex_divergence_fails(monkeypatch):
     monkeypatch.setattr(method, "bernoulli_kl", lambda p, q: np.sqrt(correct(p, q)))
     ev = smoke_config().evaluation
     rng = np.random.default_rng(4)
-    assert min(experiment.edfl_model_min_slack(_random_scored(rng, m=ev.permutations, k=ev.skeletons), ev)
+    assert min(measures.edfl_model_min_slack(_random_scored(rng, m=ev.permutations, k=ev.skeletons), ev)
                for _ in range(20)) < -1e-6
 
 
 def test_a_gate_that_answers_nothing_has_no_hallucination_rate():
     """Not a vacuous 0: abstaining everywhere gives NaN (an inconclusive verdict), not 'reproduced'."""
     q_full = np.full((3, 4), 0.6)
-    scored = experiment.ScoredItems(q_full=q_full, q_skeleton=q_full[:, :2], q_identity=q_full[:, 0],
+    scored = measures.ScoredItems(q_full=q_full, q_skeleton=q_full[:, :2], q_identity=q_full[:, 0],
                                     label=np.array([1, 0, 1]), is_control=np.zeros(3, dtype=bool),
                                     n_chunks=np.full(3, 3), dose=np.full(3, -1))
-    metrics, plan = experiment.gate_metrics(scored, smoke_config().evaluation)
+    metrics, plan = measured(scored, smoke_config().evaluation)
     assert not plan.answer.any() and metrics["gate_abstention"] == 1.0
     assert np.isnan(metrics["gate_hallucination_answered"])
 
 
-def _dose_items(delta_for_evidence: np.ndarray, wrong: np.ndarray) -> experiment.ScoredItems:
+def _dose_items(delta_for_evidence: np.ndarray, wrong: np.ndarray) -> measures.ScoredItems:
     """Dose items d = 0..3, equally many per d (d = 0: Controls, skeleton = prompt). Evidence items (gold label
     1) answer with probability p = 0.5 e^delta against a skeleton at 0.5, so their lift is delta exactly;
     where ``wrong`` they answer 0 with that probability."""
@@ -306,7 +342,7 @@ def _dose_items(delta_for_evidence: np.ndarray, wrong: np.ndarray) -> experiment
     p_answer = 0.5 * np.exp(delta_for_evidence)  # u = log(p / 0.5) = delta
     q[dose >= 1] = np.where(wrong, 1 - p_answer, p_answer)
     control = dose == 0
-    return experiment.ScoredItems(q_full=np.repeat(q[:, None], 4, axis=1),
+    return measures.ScoredItems(q_full=np.repeat(q[:, None], 4, axis=1),
                                   q_skeleton=np.where(control[:, None], q[:, None], 0.5) * np.ones((1, 2)),
                                   q_identity=q, label=np.where(control, data.NO_LABEL, 1), is_control=control,
                                   n_chunks=np.full(len(dose), 4), dose=dose)
@@ -319,22 +355,22 @@ def test_dose_metrics_on_evidence_items_can_fail_where_the_all_dose_ones_cannot(
     per = 80
     delta = rng.uniform(0.05, 0.6, size=3 * per)
     wrong = rng.random(3 * per) < 0.2
-    metrics, rows = experiment.dose_metrics(_dose_items(delta, wrong), smoke_config().evaluation)
+    metrics, rows = measures.dose_metrics(_dose_items(delta, wrong), smoke_config().evaluation)
     assert rows[0]["delta_bar"] == 0.0 and rows[0]["ungated_hallucination"] == 1.0
     assert metrics["dose_spearman_delta"] > 0.5
     assert metrics["dose_ols_hallucination_per_nat"] < 0
     assert abs(metrics["dose_spearman_delta_evidence"]) < 0.2
     # a genuine dose-response on d >= 1 passes the evidence-only checks
     ordered = np.sort(delta)
-    metrics, _ = experiment.dose_metrics(_dose_items(ordered, np.arange(3 * per) < 30), smoke_config().evaluation)
+    metrics, _ = measures.dose_metrics(_dose_items(ordered, np.arange(3 * per) < 30), smoke_config().evaluation)
     assert metrics["dose_spearman_delta_evidence"] > 0.5
     assert metrics["dose_ols_hallucination_per_nat_evidence"] < 0
     # no hallucination at all on d >= 1: nothing can fall, the slope is undefined (NaN), not a failing 0
-    metrics, _ = experiment.dose_metrics(_dose_items(ordered, np.zeros(3 * per, dtype=bool)), smoke_config().evaluation)
+    metrics, _ = measures.dose_metrics(_dose_items(ordered, np.zeros(3 * per, dtype=bool)), smoke_config().evaluation)
     assert np.isnan(metrics["dose_ols_hallucination_per_nat_evidence"])
     # ... and C6b's precondition (some hallucination on evidence items) is what turns that into "undecided"
     assert (metrics["dose_evidence_hallucinated_count"], metrics["dose_evidence_count"]) == (0.0, 3 * per)
-    assert metrics["dose_evidence_hallucination_rate"] == 0.0
+    assert claim_metrics.rate(metrics["dose_evidence_hallucinated_count"], metrics["dose_evidence_count"]) == 0.0
 
 
 def test_dose1_gold_probability_is_the_mixture_probability_on_single_support_items():
@@ -342,7 +378,7 @@ def test_dose1_gold_probability_is_the_mixture_probability_on_single_support_ite
     delta = np.concatenate([np.full(per, 0.2), np.full(per, 0.5), np.full(per, 0.6)])
     wrong = np.zeros(3 * per, dtype=bool)
     wrong[:3] = True
-    metrics, _ = experiment.dose_metrics(_dose_items(delta, wrong), smoke_config().evaluation)
+    metrics, _ = measures.dose_metrics(_dose_items(delta, wrong), smoke_config().evaluation)
     p = 0.5 * np.exp(0.2)  # d = 1 items answer 1 with this probability, or 0 with it where wrong
     assert metrics["dose1_gold_probability"] == pytest.approx((7 * p + 3 * (1 - p)) / 10)
     assert (metrics["dose_evidence_hallucinated_count"], metrics["dose_evidence_count"]) == (3.0, 30.0)
@@ -393,15 +429,17 @@ def test_paper_profile_runs_on_local_stand_ins(tmp_path):
     raw["evaluation"] |= {"permutations": 3, "skeletons": 2, "bootstrap_resamples": 20, "eg_steps": 5}
     raw["theory"] = profile_section()["smoke"]["theory"]
     cfg = CONFIG.model_validate(raw)
-    written = experiment.write_data(cfg, (0,), tmp_path / "data")
+    written = data.write_data(cfg, (0,), tmp_path / "data")
     assert written == [data.hub_items_path(tmp_path / "data", 0)]
     frame = pl.read_parquet(written[0])
     assert frame.height == 8 and frame["is_control"].sum() == 1
     assert all(3 <= n <= 6 for n in frame["n_chunks"])
-    result = experiment.run_seed(cfg, 0, tmp_path / "data", tmp_path / "models")
-    assert result["metrics"]["wiring_control_abstention"] == 1.0
-    assert "dose_spearman_delta" in result["metrics"]
+    model_dir = tmp_path / "models" / "seed0"
+    assert train.train(cfg, 0, tmp_path / "data", model_dir) == SeedResult(0) and not model_dir.exists()
+    result = run_steps(cfg, 0, tmp_path / "data", model_dir)
+    assert result.metrics["wiring_control_abstention"] == 1.0 and result.metrics["n_items"] == 8.0
+    assert "dose_spearman_delta" in result.metrics and "gate_hallucination_answered" in result.metrics
     assert hub.render_prompt(["x"], "c").endswith("Answer:")
     wrong = CONFIG.model_validate(raw | {"hub": raw["hub"] | {"items_per_source": 2}})
     with pytest.raises(ValueError, match=r"order_sensitivity\.hub\.items_per_source: .*rerun the data phase"):
-        experiment.run_seed(wrong, 0, tmp_path / "data", tmp_path / "models")
+        evaluate.evaluate(wrong, 0, tmp_path / "data", model_dir)
