@@ -4,13 +4,15 @@ from __future__ import annotations
 
 from pydantic import Field, field_validator, model_validator
 
-from tasks.common.params import ProfileConfig
+from tasks.common.params import PaperConfig, ProfileConfig
+
+TITLE = "certificate_pruning: Certificate-Guided Pruning for Stochastic Lipschitz Optimization"
 
 BASELINES = ("hoo", "zooming", "direct", "gp_ucb", "random")
 
 
 class CertificateConfig(ProfileConfig):
-    """CGP's own knobs (brief, Method items 1-5)."""
+    """CGP's own knobs (method.py, items 1-5)."""
 
     delta: float = Field(gt=0, lt=1, description="failure probability of the certificates")
     pool_size: int = Field(ge=16, le=65536, description="Sobol pool representing A_t (a power of two)")
@@ -28,7 +30,7 @@ class CertificateConfig(ProfileConfig):
 
 
 class BudgetConfig(ProfileConfig):
-    """T per run: the brief's T = 150 (d <= 3) / 250 (d > 3) at the paper's scale."""
+    """T per run: T = 150 (d <= 3) / 250 (d > 3) at the cpu profile (README.md, "How to run")."""
 
     low_dim: int = Field(ge=5, description="evaluations per run for d <= 3")
     high_dim: int = Field(ge=5, description="evaluations per run for d > 3")
@@ -96,7 +98,7 @@ class HybridConfig(ProfileConfig):
     check_every: int = Field(ge=1)
 
 
-class CertificatePruningConfig(ProfileConfig):
+class CertificatePruningConfig(PaperConfig):
     functions: list[str] = Field(min_length=1, description="benchmarks of the main comparison")
     noise_sd: float = Field(gt=0, le=1, description="Gaussian noise on the [0, 1]-rescaled functions")
     needle_width: float = Field(gt=0, le=0.5)
@@ -110,7 +112,6 @@ class CertificatePruningConfig(ProfileConfig):
     svm: SvmConfig | None = None
     trust_region: TrustRegionConfig | None = None
     hybrid: HybridConfig | None = None
-    device: str = Field(default="auto", pattern="^(auto|cpu|cuda|mps)$")
 
     @field_validator("functions")
     @classmethod

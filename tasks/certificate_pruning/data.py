@@ -4,7 +4,7 @@ the paper profile uses the same functions at larger budgets and dimensions).
 Every benchmark is turned into a *maximisation* problem on [0, 1]^d rescaled to [0, 1]:
 g(u) = (f_worst - f(x(u))) / (f_worst - f_best), with f_best the known minimum and f_worst the
 largest of the offline samples, so g(x*) = 1 and the simple regret is 1 - g(x_hat). The Lipschitz
-constant of g in cube coordinates is estimated offline (brief: max slope over random samples x 1.2),
+constant of g in cube coordinates is estimated offline (max slope over random samples x 1.2, README.md),
 here from forward-difference gradient norms at ``lipschitz_samples`` uniform points.
 
 - needle2d: a flat plateau 0 with a cone of height 1 and radius ``width`` (L = 1 / width); its centre
@@ -21,9 +21,14 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
 
 import numpy as np
 import polars as pl
+
+from tasks.certificate_pruning.config import CertificatePruningConfig
+from tasks.common.io import read_json, write_json, write_parquet
 
 # ------------------------------------------------------------------------------------------------
 # Test functions (minimisation form, original coordinates, vectorised over rows)
@@ -259,3 +264,61 @@ def benchmark_from_row(row: dict, svm_table: pl.DataFrame | None) -> Benchmark:
         tf = analytic_function(name)
         value = rescaled(tf.fn, np.asarray(row["low"]), np.asarray(row["high"]), row["f_best"], row["f_worst"])
     return Benchmark(name, int(row["dim"]), value, x_star, float(row["lipschitz"]))
+
+
+# ------------------------------------------------------------------------------------------------
+# The data step: files of every seed, and the reader that checks them against the config
+# ------------------------------------------------------------------------------------------------
+
+
+def data_signature(cfg: CertificatePruningConfig) -> dict[str, Any]:
+    """The config keys the data step depends on; ``load_benchmarks`` refuses data written for other values."""
+    return {
+        "functions": all_functions(cfg),
+        "needle_width": cfg.needle_width,
+        "lipschitz_samples": cfg.lipschitz_samples,
+        "lipschitz_safety": cfg.lipschitz_safety,
+        "svm": cfg.svm.model_dump(mode="json") if cfg.svm is not None else None,
+    }
+
+
+def all_functions(cfg: CertificatePruningConfig) -> list[str]:
+    extra = cfg.trust_region.functions if cfg.trust_region is not None else []
+    return list(dict.fromkeys([*cfg.functions, *extra]))
+
+
+def write_data(cfg: CertificatePruningConfig, seeds: tuple[int, ...], data_dir: Path) -> list[Path]:
+    """Per seed: the benchmark table (rescaling constants, x*, offline L, needle centre); once: the SVM
+    accuracy table (seed-independent) and a manifest of the data-relevant config."""
+    data_dir = Path(data_dir)
+    written = []
+    svm_table = None
+    if cfg.svm is not None:
+        s = cfg.svm
+        svm_table = svm_accuracy_table(s.grid_size, s.n_samples, s.folds, s.log10_c, s.log10_gamma)
+        written.append(write_parquet(svm_table, data_dir / "svm_table.parquet"))
+    for seed in seeds:
+        rows = benchmark_rows(all_functions(cfg), seed, cfg.needle_width, cfg.lipschitz_samples,
+                              cfg.lipschitz_safety, svm_table)
+        written.append(write_parquet(rows, data_dir / f"benchmarks_seed{seed}.parquet"))
+    written.append(write_json(data_dir / "manifest.json", data_signature(cfg) | {"seeds": list(seeds)}))
+    return written
+
+
+def load_benchmarks(cfg: CertificatePruningConfig, seed: int, data_dir: Path) -> dict[str, Benchmark]:
+    """Benchmarks of one seed, after checking that the data directory was written for this config."""
+    data_dir = Path(data_dir)
+    manifest_path = data_dir / "manifest.json"
+    if not manifest_path.exists():
+        raise FileNotFoundError(f"data_dir: {manifest_path} not found: run the data phase first")
+    manifest = read_json(manifest_path)
+    for key, expected in data_signature(cfg).items():
+        if manifest.get(key) != expected:
+            raise ValueError(f"certificate_pruning.{key}: the data in {data_dir} was written for "
+                             f"{manifest.get(key)!r}, the config says {expected!r}: rerun the data phase")
+    table_path = data_dir / f"benchmarks_seed{seed}.parquet"
+    if not table_path.exists():
+        raise FileNotFoundError(f"seeds: no data for seed {seed} in {data_dir}: rerun the data phase")
+    svm_table = pl.read_parquet(data_dir / "svm_table.parquet") if cfg.svm is not None else None
+    rows = pl.read_parquet(table_path).to_dicts()
+    return {row["name"]: benchmark_from_row(row, svm_table) for row in rows}

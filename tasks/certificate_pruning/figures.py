@@ -1,29 +1,30 @@
-"""Figures of certificate_pruning, from the per-seed result dicts only (no recomputation):
+"""Figures of certificate_pruning, from the per-seed results only (no recomputation):
 regret curves per function and method, CGP's certificate traces (Vol(A_t), eps_t, true regret),
 log Vol(A_t) against log t on Needle-2D, and the 2-D active set shrinking on the 2-D functions."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import polars as pl
 
+from tasks.certificate_pruning.config import CertificatePruningConfig
 from tasks.common.figures import new_figure, save_figure, write_plot_csv
+from tasks.common.results import SeedResult
 
-Results = Sequence[Mapping[str, Any]]
+Results = Sequence[SeedResult]
 FLOOR = 1e-4  # regrets of exactly 0 on a log axis
 
 
 def functions_of(results: Results) -> list[str]:
-    return [row["function"] for row in results[0]["tables"]["benchmarks"]]
+    return [row["function"] for row in results[0].tables["benchmarks"]]
 
 
 def median_regret_frame(results: Results) -> pl.DataFrame:
     """Median over seeds of the regret at each checkpoint, per function and method."""
-    rows = [row for r in results for row in r["tables"]["regret_curves"]]
+    rows = [row for r in results for row in r.tables["regret_curves"]]
     return (pl.DataFrame(rows).group_by(["function", "method", "t"]).agg(pl.col("regret").median())
             .sort(["function", "method", "t"]))
 
@@ -32,8 +33,8 @@ def trace_frame(results: Results) -> pl.DataFrame:
     """Median over seeds of CGP's Vol(A_t), eps_t and regret at every step, per function."""
     rows = []
     for f in functions_of(results):
-        stacked = {k: np.median([r["curves"][f"{k}_{f}"] for r in results], axis=0) for k in ("volume", "gap")}
-        regret = np.median([r["curves"][f"regret_{f}_cgp"] for r in results], axis=0)
+        stacked = {k: np.median([r.curves[f"{k}_{f}"] for r in results], axis=0) for k in ("volume", "gap")}
+        regret = np.median([r.curves[f"regret_{f}_cgp"] for r in results], axis=0)
         rows += [{"function": f, "t": t + 1, "volume": float(stacked["volume"][t]), "gap": float(stacked["gap"][t]),
                   "regret": float(regret[t])} for t in range(len(regret))]
     return pl.DataFrame(rows)
@@ -87,9 +88,9 @@ def volume_loglog(results: Results, path: Path, function: str = "needle2d") -> P
     fig, axes = new_figure()
     ax = axes[0, 0]
     for r in results:
-        volume = np.asarray(r["curves"][f"volume_{function}"])
-        slope = r["metrics"].get(f"c2_loglog_slope_{function}")
-        label = f"seed {r['seed']}" + (f" (slope {slope:.2f})" if slope is not None else "")
+        volume = np.asarray(r.curves[f"volume_{function}"])
+        slope = r.metrics.get(f"c2_loglog_slope_{function}")
+        label = f"seed {r.seed}" + (f" (slope {slope:.2f})" if slope is not None else "")
         ax.loglog(np.arange(1, len(volume) + 1), volume, label=label)
     ax.set_xlabel("t")
     ax.set_ylabel("Vol(A_t) (active pool fraction)")
@@ -98,16 +99,16 @@ def volume_loglog(results: Results, path: Path, function: str = "needle2d") -> P
     return save_figure(fig, path)
 
 
-def active_set_picture(result: Mapping[str, Any], function: str, path: Path) -> Path | None:
+def active_set_picture(result: SeedResult, function: str, path: Path) -> Path | None:
     """Pool points coloured by the snapshot after which they were certified suboptimal (one seed)."""
-    rows = result["tables"].get(f"active_set_{function}")
+    rows = result.tables.get(f"active_set_{function}")
     if not rows:
         return None
     frame = pl.DataFrame(rows)
     snaps = sorted(int(c.removeprefix("active_t")) for c in frame.columns if c.startswith("active_t"))
     fig, axes = new_figure(ncols=len(snaps), width=3.0 * len(snaps), height=3.0)
-    samples = pl.DataFrame(result["tables"][f"samples_{function}"])
-    bench = next(b for b in result["tables"]["benchmarks"] if b["function"] == function)
+    samples = pl.DataFrame(result.tables[f"samples_{function}"])
+    bench = next(b for b in result.tables["benchmarks"] if b["function"] == function)
     for ax, t in zip(axes[0], snaps):
         active = frame[f"active_t{t}"].to_numpy()
         ax.scatter(frame["x0"].to_numpy()[~active], frame["x1"].to_numpy()[~active], s=3, c="#cccccc",
@@ -120,14 +121,14 @@ def active_set_picture(result: Mapping[str, Any], function: str, path: Path) -> 
         ax.set_aspect("equal")
         ax.set_title(f"t = {t}: Vol = {active.mean():.3f}")
     axes[0, 0].legend(fontsize=6, loc="lower left")
-    fig.suptitle(f"Active set A_t on {function} (seed {result['seed']})")
+    fig.suptitle(f"Active set A_t on {function} (seed {result.seed})")
     return save_figure(fig, path)
 
 
 def median_final_regret_rows(results: Results) -> list[dict]:
-    """The brief's C6 statistic across seeds: per function and method the median over seeds of the final
+    """C6 across seeds: per function and method the median over seeds of the final
     simple regret, and whether CGP's median is <= it. (The verdicted C6 metrics count functions per seed.)"""
-    rows = [row for r in results for row in r["tables"]["regret_curves"]]
+    rows = [row for r in results for row in r.tables["regret_curves"]]
     frame = pl.DataFrame(rows)
     final = frame.filter(pl.col("t") == pl.col("t").max().over("function"))
     medians = final.group_by(["function", "method"]).agg(pl.col("regret").median().alias("median_final_regret"))
@@ -137,7 +138,7 @@ def median_final_regret_rows(results: Results) -> list[dict]:
     return out.drop("cgp").sort(["function", "method"]).to_dicts()
 
 
-def make_figures(config: Any, results: Results, figures_dir: Path, plots_dir: Path) -> list[Path]:
+def make_figures(config: CertificatePruningConfig, results: Results, figures_dir: Path, plots_dir: Path) -> list[Path]:
     """PNGs in ``figures_dir`` and CSV plot sources (medians over seeds) in ``plots_dir``."""
     figures_dir, plots_dir = Path(figures_dir), Path(plots_dir)
     written = [

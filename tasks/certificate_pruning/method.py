@@ -2,8 +2,9 @@
 
 Shihab, Akter & Sharma, *Certificate-Guided Pruning for Stochastic Lipschitz Optimization*, ICML 2026
 (arXiv 2601.20231). The paper's method section was not available: every formula below is
-**[reconstructed]** from the abstract and the project's brief (``shared/papers/certificate_pruning.md``,
-section "Method", items 1-9), which names them. Numbering in the docstrings refers to those items.
+**[reconstructed]** from the abstract (README.md, "Fidelity checklist" and "Method summary"). The
+docstrings number the pieces of the reconstruction as items: 1 confidence radius, 2 envelopes, 3 monotone
+active set, 4 gap, recommendation and stopping rule, 5 query rule, 7 CGP-Adaptive, 8 CGP-TR, 9 CGP-Hybrid.
 
 All optimisers work on [0, 1]^d with the Euclidean metric and **maximise**; ``maximize``/``minimize``
 map a box onto the cube. The library is pure numpy/scipy (scikit-learn only for CGP-Hybrid's GP).

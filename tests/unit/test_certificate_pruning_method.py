@@ -1,4 +1,4 @@
-"""Deterministic checks of the CGP library (brief certificate_pruning.md, acceptance section (a) 1-5),
+"""Deterministic checks of the CGP library (acceptance checks a1-a5 of the reconstruction, claims.yaml),
 each with a negative control: a deliberately broken variant must fail the same check."""
 
 from __future__ import annotations
@@ -218,7 +218,7 @@ def test_unintersected_set_can_grow_while_the_active_set_cannot():
 
 
 def needle_coverage_failures(radius_scale: float, runs: int = 20, steps: int = 150) -> int:
-    """20 Needle-2D runs at the brief's T = 150 (d <= 3), sigma = 0.1; how many prune x* at some step."""
+    """20 Needle-2D runs at the cpu profile's T = 150 (d <= 3), sigma = 0.1; how many prune x* at some step."""
     failures = 0
     for run in range(runs):
         centre = data.needle_centre(run)

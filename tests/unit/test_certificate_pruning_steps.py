@@ -1,5 +1,5 @@
-"""certificate_pruning outside the CGP core: benchmarks, baselines, the params fragment, the data phase,
-run_seed at the smoke profile and the figures."""
+"""certificate_pruning outside the CGP core: benchmarks, baselines, the config's own validators, and the
+contract's steps (data, train, evaluate, claim_metrics, figures) at the smoke profile."""
 
 from __future__ import annotations
 
@@ -10,10 +10,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tasks.certificate_pruning import baselines, data, experiment, figures
+from tasks.certificate_pruning import baselines, claim_metrics, data, figures, runs
 from tasks.certificate_pruning.config import CONFIG
+from tasks.certificate_pruning.evaluate import evaluate
+from tasks.certificate_pruning.train import train
 from tasks.common.claims import load_claims
 from tasks.common.params import ParamsError, params_section, validate_paper_section
+from tasks.common.results import SeedResult
 
 TASK_DIR = Path(__file__).resolve().parents[2] / "tasks" / "certificate_pruning"
 
@@ -167,21 +170,14 @@ def test_direct_respects_the_budget_and_random_search_is_seeded():
 # ------------------------------------------------------------------------------------------------
 
 
-def test_params_section_validates_for_every_profile():
-    configs = validate_paper_section("certificate_pruning", fragment())
-    assert set(configs) == {"smoke", "cpu", "paper"}
-    assert configs["cpu"].functions == ["needle2d", "branin", "hartmann3", "hartmann6", "rosenbrock4", "levy5",
-                                        "ackley10", "svm"]
-
-
 @pytest.mark.parametrize("path,value,message", [
     (("cpu", "certificate", "pool_size"), 1000, "certificate_pruning.cpu.certificate.pool_size"),
-    (("smoke", "noise_sd"), 0.0, "certificate_pruning.smoke.noise_sd"),
     (("cpu", "baselines", "methods"), ["hoo", "turbo"], "certificate_pruning.cpu.baselines.methods"),
     (("cpu", "functions"), ["needle2d", "sphere2"], "certificate_pruning.cpu.functions"),
-    (("cpu", "unknown_key"), 1, "certificate_pruning.cpu.unknown_key"),
 ])
-def test_bad_values_name_the_key(path, value, message):
+def test_the_configs_own_validators_name_the_key(path, value, message):
+    """The paper's validators (power-of-two pool, known baselines and benchmarks); the generic checks
+    (every profile validates, a bad number or an unknown key names its key) are tests/unit/test_paper_contracts.py."""
     section = copy.deepcopy(fragment())
     node = section
     for key in path[:-1]:
@@ -199,16 +195,22 @@ def test_config_cross_checks():
 
 
 # ------------------------------------------------------------------------------------------------
-# Data phase, run_seed, figures
+# The contract's steps at the smoke profile, and the figures
 # ------------------------------------------------------------------------------------------------
+
+
+def run_steps(cfg, seed: int, data_dir: Path, model_dir: Path) -> SeedResult:
+    """train -> evaluate -> claim_metrics, merged as the flow merges them (tasks/common/paper_flow.py)."""
+    result = train(cfg, seed, data_dir, model_dir).merged(evaluate(cfg, seed, data_dir, model_dir))
+    return result.add(claim_metrics.claim_metrics(cfg, result))
 
 
 @pytest.fixture(scope="module")
 def smoke_run(tmp_path_factory):
     cfg = smoke_config()
     root = tmp_path_factory.mktemp("cp")
-    written = experiment.write_data(cfg, (0, 1), root / "data")
-    results = [experiment.run_seed(cfg, seed, root / "data", root / "models") for seed in (0, 1)]
+    written = data.write_data(cfg, (0, 1), root / "data")
+    results = [run_steps(cfg, seed, root / "data", root / "models" / f"seed{seed}") for seed in (0, 1)]
     return cfg, root, written, results
 
 
@@ -230,17 +232,24 @@ def claim_metric_names(claim) -> list[str]:
     return names
 
 
-def test_run_seed_returns_every_claim_metric_of_its_profile(smoke_run):
-    cfg, _, _, results = smoke_run
+def test_train_writes_nothing_and_returns_an_empty_result(tmp_path):
+    result = train(smoke_config(), 3, tmp_path / "data", tmp_path / "seed3")
+    assert result == SeedResult(3)
+    assert not (tmp_path / "seed3").exists()
+
+
+def test_the_steps_return_every_claim_metric_of_its_profile(smoke_run):
+    cfg, root, _, results = smoke_run
     claims = load_claims(TASK_DIR / "claims.yaml")
     for result in results:
-        assert set(result) == {"seed", "metrics", "curves", "tables"}
+        assert isinstance(result, SeedResult)
         for claim in claims:
             if "smoke" in claim.profiles:
                 for name in claim_metric_names(claim):
-                    assert name in result["metrics"], (claim.id, name)
-        assert all(isinstance(v, float) and math.isfinite(v) for v in result["metrics"].values())
-    m = results[0]["metrics"]
+                    assert name in result.metrics, (claim.id, name)
+        assert all(isinstance(v, float) and math.isfinite(v) for v in result.metrics.values())
+    assert not (root / "models").exists()  # nothing trained, nothing saved
+    m = results[0].metrics
     assert m["c1_coverage_rate"] == 1.0 and m["c1_covered_runs"] == m["c1_runs"] == 2.0  # needle2d, branin
     assert m["c2_volume_max_increase"] == 0.0
 
@@ -253,7 +262,7 @@ def test_rates_are_their_counts_over_trials(smoke_run):
             if measured.counts is None or "smoke" not in claim.profiles:
                 continue
             for result in results:
-                m = result["metrics"]
+                m = result.metrics
                 k, n = m[measured.counts.successes], m[measured.counts.trials]
                 assert k == round(k) and n == round(n) and 0 <= k <= n and n >= 1, claim.id
                 assert m[measured.metric] == pytest.approx(k / n), claim.id
@@ -263,10 +272,10 @@ def test_precondition_counts_follow_the_traces(smoke_run):
     """C1's pruning and C7's informativeness preconditions, recounted from the per-step curves."""
     cfg, _, _, results = smoke_run
     for result in results:
-        m, curves = result["metrics"], result["curves"]
+        m, curves = result.metrics, result.curves
         synthetic = [f for f in cfg.functions if f != "svm"]
-        assert m["c1_pruned_runs"] == sum(curves[f"volume_{f}"][-1] <= experiment.PRUNED_VOLUME for f in synthetic)
-        assert m["c7_informative_runs"] == sum(curves[f"gap_{f}"][-1] < experiment.INFORMATIVE_GAP
+        assert m["c1_pruned_runs"] == sum(curves[f"volume_{f}"][-1] <= claim_metrics.PRUNED_VOLUME for f in synthetic)
+        assert m["c7_informative_runs"] == sum(curves[f"gap_{f}"][-1] < claim_metrics.INFORMATIVE_GAP
                                                for f in cfg.functions)
         assert m["c7_bounded_runs"] == sum(
             all(g >= r - 1e-12 for g, r in zip(curves[f"gap_{f}"], curves[f"regret_{f}_cgp"])) for f in cfg.functions)
@@ -280,12 +289,12 @@ def test_every_claim_metric_is_produced_by_a_config_with_every_section(tmp_path)
                        trust_region={"functions": ["ackley20"], "budget": 20, "local_points": 16},
                        hybrid={"local_radius": 0.3, "check_every": 5},
                        negative_control={"runs": 1, "noise_sd": 0.1, "budget": 10})
-    experiment.write_data(cfg, (0,), tmp_path / "data")
-    result = experiment.run_seed(cfg, 0, tmp_path / "data", tmp_path / "models")
+    data.write_data(cfg, (0,), tmp_path / "data")
+    result = run_steps(cfg, 0, tmp_path / "data", tmp_path / "models" / "seed0")
     for claim in load_claims(TASK_DIR / "claims.yaml"):
         for name in claim_metric_names(claim):
-            assert name in result["metrics"], (claim.id, name)
-    m = result["metrics"]
+            assert name in result.metrics, (claim.id, name)
+    m = result.metrics
     for rate, k, n in [("c4_tr_win_rate_vs_random", "c4_tr_wins_vs_random", "c4_tr_runs"),
                        ("c5_hybrid_win_rate_vs_cgp", "c5_hybrid_wins_vs_cgp", "c5_hybrid_runs"),
                        ("c1_zero_radius_failure_rate", "c1_zero_radius_failures", "c1_zero_radius_runs")]:
@@ -293,36 +302,55 @@ def test_every_claim_metric_is_produced_by_a_config_with_every_section(tmp_path)
     assert m["c4_tr_runs"] == 1.0 and m["c5_hybrid_runs"] == 3.0 and m["c1_zero_radius_runs"] == 1.0
 
 
-def test_run_seed_is_deterministic(smoke_run):
+def test_the_steps_are_deterministic(smoke_run):
     cfg, root, _, results = smoke_run
-    again = experiment.run_seed(cfg, 0, root / "data", root / "models")
+    again = run_steps(cfg, 0, root / "data", root / "models" / "seed0")
     strip = lambda m: {k: v for k, v in m.items() if not k.startswith("seconds_")}
-    assert strip(again["metrics"]) == strip(results[0]["metrics"])
-    assert again["curves"] == results[0]["curves"]
-    assert strip(results[1]["metrics"]) != strip(results[0]["metrics"])
+    assert strip(again.metrics) == strip(results[0].metrics)
+    assert again.curves == results[0].curves
+    assert strip(results[1].metrics) != strip(results[0].metrics)
 
 
-def test_run_seed_rejects_data_written_for_another_config(smoke_run):
+def test_evaluate_rejects_data_written_for_another_config(smoke_run):
     cfg, root, _, _ = smoke_run
     other = cfg.model_copy(update={"needle_width": 0.1})
     with pytest.raises(ValueError, match=r"certificate_pruning\.needle_width"):
-        experiment.run_seed(other, 0, root / "data", root / "models")
+        evaluate(other, 0, root / "data", root / "models" / "seed0")
     with pytest.raises(FileNotFoundError, match="seed 5"):
-        experiment.run_seed(cfg, 5, root / "data", root / "models")
+        evaluate(cfg, 5, root / "data", root / "models" / "seed5")
     with pytest.raises(FileNotFoundError, match="data phase"):
-        experiment.run_seed(cfg, 0, root / "missing", root / "models")
+        evaluate(cfg, 0, root / "missing", root / "models" / "seed0")
+
+
+def test_claim_metrics_are_derived_from_the_measurements(smoke_run):
+    """claim_metrics reads the result it is given: x* pruned at the last step of Needle-2D's margin trace
+    (a copy of seed 0's result) costs C1 one covered run; a zero-radius run marked covered removes a
+    failure. The evaluation's own names are never returned again."""
+    cfg, _, _, results = smoke_run
+    original = results[0]
+    measured = SeedResult(0).add({k: v for k, v in original.metrics.items() if k.startswith(("regret_", "lipschitz_"))},
+                                 curves=original.curves, tables=original.tables)
+    derived = claim_metrics.claim_metrics(cfg, measured)
+    assert not set(derived) & set(measured.metrics)
+    assert derived == {k: original.metrics[k] for k in derived}
+    broken = SeedResult(0).add(measured.metrics, tables=measured.tables, curves={
+        **measured.curves, "margin_needle2d": [*measured.curves["margin_needle2d"][:-1], -1.0]})
+    assert claim_metrics.claim_metrics(cfg, broken)["c1_covered_runs"] == derived["c1_covered_runs"] - 1
+    rows = measured.tables["zero_radius_runs"]
+    assert derived["c1_zero_radius_failures"] == sum(not r["covered"] for r in rows)
+    assert derived["c1_zero_radius_runs"] == cfg.negative_control.runs == len(rows)
 
 
 def test_claim_metric_helpers():
-    assert experiment.covered_throughout([0.1, 0.0, 0.2])
-    assert not experiment.covered_throughout([0.1, -0.01, 0.2])
-    assert experiment.covered_throughout([0.1, -0.01, 0.2], 3)  # from step 3 (1-based, inclusive) on
-    assert not experiment.covered_throughout([0.1, -0.01, 0.2], 2)
+    assert runs.covered_throughout([0.1, 0.0, 0.2])
+    assert not runs.covered_throughout([0.1, -0.01, 0.2])
+    assert runs.covered_throughout([0.1, -0.01, 0.2], 3)  # from step 3 (1-based, inclusive) on
+    assert not runs.covered_throughout([0.1, -0.01, 0.2], 2)
     volume = 1.0 / np.arange(1, 101) ** 0.5
     volume[:9] = 1.0
-    assert experiment.loglog_slope(volume) == pytest.approx(-0.5, abs=1e-9)
-    assert experiment.loglog_slope(np.ones(50)) == 0.0
-    assert experiment.checkpoints(100, 4) == [25, 50, 75, 100]
+    assert claim_metrics.loglog_slope(volume) == pytest.approx(-0.5, abs=1e-9)
+    assert claim_metrics.loglog_slope(np.ones(50)) == 0.0
+    assert runs.checkpoints(100, 4) == [25, 50, 75, 100]
 
 
 def test_figures_build_from_results(smoke_run, tmp_path):
@@ -340,9 +368,9 @@ def test_figures_build_from_results(smoke_run, tmp_path):
 def test_c6_cross_seed_medians():
     """Median over seeds of the final regret per (function, method), and CGP's median against each."""
     def seed(regrets):
-        return {"tables": {"regret_curves": [
+        return SeedResult(0).add(tables={"regret_curves": [
             {"function": f, "method": meth, "t": t, "regret": r * (t == 2) + 9.0 * (t == 1)}
-            for (f, meth), r in regrets.items() for t in (1, 2)]}}
+            for (f, meth), r in regrets.items() for t in (1, 2)]})
     results = [seed({("a", "cgp"): 0.1, ("a", "hoo"): 0.5, ("b", "cgp"): 0.6, ("b", "hoo"): 0.2}),
                seed({("a", "cgp"): 0.3, ("a", "hoo"): 0.1, ("b", "cgp"): 0.8, ("b", "hoo"): 0.4}),
                seed({("a", "cgp"): 0.2, ("a", "hoo"): 0.4, ("b", "cgp"): 0.7, ("b", "hoo"): 0.9})]
@@ -365,16 +393,16 @@ def test_eventual_coverage_checks_the_doubling_step_and_never_an_empty_range():
     step 3 = T it read ``[]`` and said covered although x* was pruned at step 3, and with the doubling at
     step 2 it read only step 3 and missed the pruning at step 2. Both calls return True on the old code."""
     pruned_at_the_last_step = [0.1, 0.1, -0.5]
-    assert not experiment.covered_throughout(pruned_at_the_last_step, 3)
+    assert not runs.covered_throughout(pruned_at_the_last_step, 3)
     pruned_at_the_doubling_step = [0.1, -0.5, 0.2]
-    assert not experiment.covered_throughout(pruned_at_the_doubling_step, 2)
-    assert not experiment.eventual_coverage(pruned_at_the_last_step, [1, 3])
-    assert not experiment.eventual_coverage(pruned_at_the_doubling_step, [2])
-    assert experiment.eventual_coverage(pruned_at_the_doubling_step, [3])  # pruned before the last doubling
-    assert not experiment.eventual_coverage(pruned_at_the_doubling_step, [])  # no doubling: the whole run
+    assert not runs.covered_throughout(pruned_at_the_doubling_step, 2)
+    assert not claim_metrics.eventual_coverage(pruned_at_the_last_step, [1, 3])
+    assert not claim_metrics.eventual_coverage(pruned_at_the_doubling_step, [2])
+    assert claim_metrics.eventual_coverage(pruned_at_the_doubling_step, [3])  # pruned before the last doubling
+    assert not claim_metrics.eventual_coverage(pruned_at_the_doubling_step, [])  # no doubling: the whole run
     for bad in (0, 4):
         with pytest.raises(ValueError, match="from_step"):
-            experiment.covered_throughout([0.1, 0.1, 0.1], bad)
+            runs.covered_throughout([0.1, 0.1, 0.1], bad)
 
 
 def test_doubling_steps_index_the_first_post_doubling_margin():
@@ -395,8 +423,8 @@ def test_doubling_steps_index_the_first_post_doubling_margin():
         lipschitz_after_step.append(cgp.lipschitz)
 
     cgp.tell = tell
-    trace = experiment.trace_cgp(cgp, bench, lambda x: float(tent(x)[0]), budget=30, stop_gap=1e-9)
+    trace = runs.trace_cgp(cgp, bench, lambda x: float(tent(x)[0]), budget=30, stop_gap=1e-9)
     assert cgp.doubling_steps and len(trace.margin) == 30
     last = cgp.doubling_steps[-1]
     assert lipschitz_after_step[last - 1] == cgp.lipschitz > lipschitz_after_step[last - 2]
-    assert experiment.eventual_coverage(trace.margin, cgp.doubling_steps)  # noise-free, final L_hat >= 2
+    assert claim_metrics.eventual_coverage(trace.margin, cgp.doubling_steps)  # noise-free, final L_hat >= 2
