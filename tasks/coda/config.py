@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from pydantic import Field, field_validator, model_validator
 
-from tasks.common.params import ProfileConfig
+from tasks.common.params import PaperConfig, ProfileConfig
+
+TITLE = "coda: Continuous-depth acceleration (GRU + one linear ODE + dense), reconstructed"
 
 TASKS = ("lotka_volterra", "lorenz", "van_der_pol", "glucose_insulin", "oscillator_regimes", "occupancy")
 BASELINES = ("cfc", "odernn", "gru")
@@ -20,7 +22,7 @@ def _known_tasks(values: list[str]) -> list[str]:
 
 
 class DataConfig(ProfileConfig):
-    """Six procedural, irregularly sampled stand-ins for the LTC applications (brief, "CPU profile: Data")."""
+    """Six procedural, irregularly sampled stand-ins for the LTC applications (README, "Data")."""
 
     tasks: list[str] = Field(min_length=1)
     n_train: int = Field(ge=16)
@@ -49,7 +51,7 @@ class DataConfig(ProfileConfig):
 
 
 class ModelConfig(ProfileConfig):
-    """Sizes of every model (brief, "Models": LTC 32 units and 6 unfolds, CoDA r = 8, a compact GRU)."""
+    """Sizes of every model (README, "Method": LTC 32 units and 6 unfolds, CoDA r = 8, a compact GRU)."""
 
     ltc_units: int = Field(default=32, ge=2)
     ode_unfolds: int = Field(default=6, ge=1)
@@ -74,7 +76,7 @@ class TrainConfig(ProfileConfig):
 
 
 class StudyConfig(ProfileConfig):
-    """Which comparisons run, and the brief's parity tolerances (acceptance checks (b))."""
+    """Which comparisons run, and the parity tolerances of claims C3a-e (README, "Claims")."""
 
     baselines: list[str] = Field(default=list(BASELINES))
     two_layer_tasks: list[str] = Field(default=[], description="tasks also run with 2-layer LTC and CoDA stacks")
@@ -121,15 +123,14 @@ class LfmConfig(ProfileConfig):
     dtype: str = Field(default="bfloat16", pattern="^(float32|bfloat16|float16)$")
 
 
-class CodaConfig(ProfileConfig):
-    """smoke / cpu: the six synthetic tasks; paper: the same at the brief's sizes plus ``lfm``."""
+class CodaConfig(PaperConfig):
+    """smoke / cpu: the six synthetic tasks; paper: the same at the reconstruction's full sizes plus ``lfm``."""
 
     data: DataConfig
     model: ModelConfig = ModelConfig()
     train: TrainConfig
     study: StudyConfig = StudyConfig()
     lfm: LfmConfig | None = None
-    device: str = Field(default="auto", pattern="^(auto|cpu|cuda|mps)$")
 
     @model_validator(mode="after")
     def _study_tasks_are_run(self) -> CodaConfig:

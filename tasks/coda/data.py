@@ -1,6 +1,6 @@
 """Data of the coda experiment.
 
-smoke / cpu: six procedural, irregularly sampled stand-ins for "LTC applications" (brief, "CPU profile"):
+smoke / cpu: six procedural, irregularly sampled stand-ins for "LTC applications" (README, "Data"):
 four forecasting tasks (Lotka-Volterra, Lorenz-63 with a 10-step free-run horizon, Van der Pol with a control
 input, Bergman's minimal glucose-insulin model with meal and insulin inputs) and two classification tasks
 (three noisy oscillator regimes, an occupancy-like thresholded sensor label). Elapsed times
@@ -8,7 +8,7 @@ Delta_k ~ U[dt_low, dt_high], logged on a ``dt_resolution`` grid. Every sequence
 model sees the observation of step k-1 (or the current reading, for classification), held inputs, and Delta_k.
 The simulators integrate with 8 RK4 sub-steps per observation interval.
 
-paper: the LFM2 checkpoint and a text corpus from the Hugging Face hub (``load_lfm``, ``load_texts``).
+paper: also the tokenised text blocks of the LFM2 study (``hub.write_text_blocks``).
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 
-from tasks.coda.config import TASKS, DataConfig
+from tasks.coda.config import TASKS, CodaConfig, DataConfig
 from tasks.common.io import write_parquet
 
 SUBSTEPS = 8
@@ -299,36 +299,12 @@ def read_task(cfg: DataConfig, name: str, seed: int, data_dir: Path) -> TaskArra
         n_outputs=int(frame["n_outputs"][0]))
 
 
-# ------------------------------------------------------------------------------------------------
-# Paper profile: hub loaders (tested with local stand-ins only)
-# ------------------------------------------------------------------------------------------------
+def write_data(cfg: CodaConfig, seeds: tuple[int, ...], data_dir: Path) -> list[Path]:
+    """Data phase: every task for every seed (each seed draws its own sequences); at the paper profile also
+    the tokenised text blocks of the LFM study, shared by every seed."""
+    paths = [write_task(cfg.data, name, seed, Path(data_dir)) for seed in seeds for name in cfg.data.tasks]
+    if cfg.lfm is not None:
+        from tasks.coda import hub
 
-def load_lfm(name_or_path: str, dtype: str = "bfloat16"):
-    """The LFM2 causal LM and its tokenizer (``LiquidAI/LFM2-1.2B`` is the brief's guess for "LFM-1.2B")."""
-    import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    tokenizer = AutoTokenizer.from_pretrained(name_or_path)
-    model = AutoModelForCausalLM.from_pretrained(name_or_path, dtype=getattr(torch, dtype))
-    return model, tokenizer
-
-
-def load_texts(dataset: str, config_name: str | None, split: str, n_texts: int, min_chars: int = 200) -> list[str]:
-    """The first ``n_texts`` non-trivial texts of a split (wikitext has many empty lines)."""
-    from datasets import load_dataset
-
-    rows = load_dataset(dataset, config_name, split=split)
-    texts = [t for t in rows["text"] if len(t.strip()) >= min_chars]
-    if len(texts) < n_texts:
-        raise ValueError(f"coda.lfm: {dataset}/{split} holds {len(texts)} texts of >= {min_chars} chars, "
-                         f"{n_texts} requested")
-    return texts[:n_texts]
-
-
-def token_blocks(tokenizer, texts: list[str], seq_len: int) -> np.ndarray:
-    """Concatenate the tokenised texts and cut them into (n_blocks, seq_len) token-id blocks."""
-    ids = [i for text in texts for i in tokenizer(text)["input_ids"]]
-    n_blocks = len(ids) // seq_len
-    if n_blocks == 0:
-        raise ValueError(f"coda.lfm.seq_len: {len(ids)} tokens do not fill one block of {seq_len}")
-    return np.asarray(ids[:n_blocks * seq_len], dtype=np.int64).reshape(n_blocks, seq_len)
+        paths += hub.write_text_blocks(cfg.lfm, Path(data_dir))
+    return paths

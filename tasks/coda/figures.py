@@ -1,8 +1,9 @@
-"""Figures of the coda experiment, built from the per-seed results only (no recompute).
+"""Figures of coda, built from the per-seed results only (no recompute).
 
-1. ``pareto.png``: training time per epoch vs test error, per model and task (brief figure 1).
+1. ``pareto.png``: training time per epoch (the ``training`` table) vs test error (the ``models`` table), per
+   model and task.
 2. ``speedup.png``: CoDA / LTC speed-up for 1- and 2-layer stacks: deterministic FLOP ratios and measured
-   wall-clock ratios (brief figure 2).
+   wall-clock ratios.
 """
 
 from __future__ import annotations
@@ -14,25 +15,33 @@ import polars as pl
 
 from tasks.coda.config import CodaConfig
 from tasks.common.figures import PALETTE, new_figure, save_figure, write_plot_csv
+from tasks.common.results import SeedResult
 
 MODEL_ORDER = ("ltc", "coda", "coda_converted", "cfc", "odernn", "gru")
 
 
-def model_rows(results: list[dict]) -> list[dict]:
+def model_rows(results: list[SeedResult]) -> list[dict]:
+    """One row per (seed, model): its evaluation and its training time per epoch (None for a conversion)."""
     keep = ("task", "kind", "model", "layers", "score", "seconds_per_epoch", "ms_inference_batch",
             "ms_train_step_paired", "ms_inference_batch_paired", "nfe_per_step", "train_step_flops",
             "inference_flops", "parameters")
-    return [{"seed": r["seed"]} | {k: row.get(k) for k in keep} for r in results for row in r["tables"]["models"]]
-
-
-def speedup_rows(results: list[dict]) -> list[dict]:
     rows = []
     for r in results:
-        table = r["tables"]["models"]
+        training = {(t["task"], t["model"], t["layers"]): t for t in r.tables["training"]}
+        for row in r.tables["models"]:
+            joined = training[(row["task"], row["model"], row["layers"])] | row
+            rows.append({"seed": r.seed} | {k: joined.get(k) for k in keep})
+    return rows
+
+
+def speedup_rows(results: list[SeedResult]) -> list[dict]:
+    rows = []
+    for r in results:
+        table = r.tables["models"]
         for ltc in (row for row in table if row["model"] == "ltc"):
             coda = next(row for row in table if row["model"] == "coda" and row["task"] == ltc["task"]
                         and row["layers"] == ltc["layers"])
-            rows.append({"seed": r["seed"], "task": ltc["task"], "layers": ltc["layers"],
+            rows.append({"seed": r.seed, "task": ltc["task"], "layers": ltc["layers"],
                          "flops_speedup_train": ltc["train_step_flops"] / coda["train_step_flops"],
                          "flops_speedup_inference": ltc["inference_flops"] / coda["inference_flops"],
                          "measured_speedup_train": ltc["ms_train_step_paired"] / coda["ms_train_step_paired"],
@@ -79,7 +88,7 @@ def speedup_figure(rows: pl.DataFrame, path: Path) -> Path:
     return save_figure(fig, path)
 
 
-def make_figures(config: CodaConfig, results: list[dict], figures_dir: Path, plots_dir: Path) -> list[Path]:
+def make_figures(config: CodaConfig, results: list[SeedResult], figures_dir: Path, plots_dir: Path) -> list[Path]:
     figures_dir, plots_dir = Path(figures_dir), Path(plots_dir)
     models = model_rows(results)
     speedups = speedup_rows(results)

@@ -1,11 +1,12 @@
-"""Paper profile (claims C4): CoDA blocks in place of an LFM2 model's gated short-convolution operators.
+"""Paper profile of coda (claims C4a-c): CoDA blocks in place of an LFM2 model's gated short-convolution operators.
 
 RECONSTRUCTED: the paper's "LFM-1.2B" is guessed as ``LiquidAI/LFM2-1.2B``, whose sequence mixers are gated
 short convolutions and grouped-query attention, not LTC ODEs; what CoDA replaces there is unverified. Here each
 ``Lfm2ShortConv`` becomes a ``CodaTokenMixer`` (a CoDA block over tokens, Delta = 1 per token), distilled
-layer-wise on the original operator's inputs and outputs, then fine-tuned jointly with the LM loss; tokens/s
-(training and inference) and perplexity are measured against the original. Exercised in tests only with a
-tiny randomly initialised ``Lfm2Config`` model (no network).
+layer-wise on the original operator's inputs and outputs, then fine-tuned jointly with the LM loss
+(``train_student``, the training step); tokens/s (training and inference) and perplexity are measured against
+the original (``evaluate_student``, the evaluation step). The hub loaders (model, texts, token blocks) live here
+too. Exercised in tests only with a tiny randomly initialised ``Lfm2Config`` model (no network).
 """
 
 from __future__ import annotations
@@ -20,10 +21,10 @@ import polars as pl
 import torch
 from torch import nn
 
-from tasks.coda import data, method
+from tasks.coda import method
 from tasks.coda.config import LfmConfig
-from tasks.common.io import write_parquet
-from tasks.common.results import Progress
+from tasks.common.io import write_parquet, write_with
+from tasks.common.results import Progress, no_progress
 from tasks.common.seeding import torch_init_seed
 
 
@@ -140,6 +141,40 @@ def tokens_per_second(model: nn.Module, batch: torch.Tensor, steps: int, train: 
     return steps * batch.numel() / (time.perf_counter() - start)
 
 
+# ------------------------------------------------------------------------------------------------
+# Hub loaders (tested with local stand-ins only)
+# ------------------------------------------------------------------------------------------------
+
+def load_lfm(name_or_path: str, dtype: str = "bfloat16"):
+    """The LFM2 causal LM and its tokenizer (``LiquidAI/LFM2-1.2B`` is the guess for the paper's "LFM-1.2B")."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(name_or_path)
+    model = AutoModelForCausalLM.from_pretrained(name_or_path, dtype=getattr(torch, dtype))
+    return model, tokenizer
+
+
+def load_texts(dataset: str, config_name: str | None, split: str, n_texts: int, min_chars: int = 200) -> list[str]:
+    """The first ``n_texts`` non-trivial texts of a split (wikitext has many empty lines)."""
+    from datasets import load_dataset
+
+    rows = load_dataset(dataset, config_name, split=split)
+    texts = [t for t in rows["text"] if len(t.strip()) >= min_chars]
+    if len(texts) < n_texts:
+        raise ValueError(f"coda.lfm: {dataset}/{split} holds {len(texts)} texts of >= {min_chars} chars, "
+                         f"{n_texts} requested")
+    return texts[:n_texts]
+
+
+def token_blocks(tokenizer, texts: list[str], seq_len: int) -> np.ndarray:
+    """Concatenate the tokenised texts and cut them into (n_blocks, seq_len) token-id blocks."""
+    ids = [i for text in texts for i in tokenizer(text)["input_ids"]]
+    n_blocks = len(ids) // seq_len
+    if n_blocks == 0:
+        raise ValueError(f"coda.lfm.seq_len: {len(ids)} tokens do not fill one block of {seq_len}")
+    return np.asarray(ids[:n_blocks * seq_len], dtype=np.int64).reshape(n_blocks, seq_len)
+
+
 def text_blocks_path(data_dir: Path, split: str) -> Path:
     return Path(data_dir) / f"lfm_{split}_blocks.parquet"
 
@@ -151,8 +186,7 @@ def write_text_blocks(cfg: LfmConfig, data_dir: Path) -> list[Path]:
     tokenizer = AutoTokenizer.from_pretrained(cfg.model)
     paths = []
     for split, n_texts in ((cfg.train_split, cfg.n_train_texts), (cfg.eval_split, cfg.n_eval_texts)):
-        blocks = data.token_blocks(tokenizer, data.load_texts(cfg.dataset, cfg.dataset_config, split, n_texts),
-                                   cfg.seq_len)
+        blocks = token_blocks(tokenizer, load_texts(cfg.dataset, cfg.dataset_config, split, n_texts), cfg.seq_len)
         paths.append(write_parquet(pl.DataFrame({"input_ids": blocks}), text_blocks_path(data_dir, split)))
     return paths
 
@@ -169,38 +203,73 @@ def read_blocks(cfg: LfmConfig, data_dir: Path, split: str) -> torch.Tensor:
 
 
 def read_train_eval_blocks(cfg: LfmConfig, data_dir: Path) -> tuple[torch.Tensor, torch.Tensor]:
-    """Both splits' token blocks, checked against the config (``run_seed`` calls this before any compute)."""
+    """Both splits' token blocks, checked against the config (``train`` calls this before any compute)."""
     return read_blocks(cfg, data_dir, cfg.train_split), read_blocks(cfg, data_dir, cfg.eval_split)
 
 
-def compare_models(teacher: nn.Module, train_blocks: torch.Tensor, eval_blocks: torch.Tensor, cfg: LfmConfig,
-                   seed: int, progress: Progress | None = None) -> tuple[dict[str, float], list[dict]]:
-    """Convert, fine-tune and measure; the teacher is left unchanged."""
+STUDENT = "lfm_student.safetensors"
+
+
+def load_teacher(cfg: LfmConfig, device: str) -> nn.Module:
+    teacher, _ = load_lfm(cfg.model, cfg.dtype)
+    return teacher.to(device).eval()
+
+
+def convert_and_finetune(teacher: nn.Module, train_blocks: torch.Tensor, cfg: LfmConfig, seed: int,
+                         progress: Progress = no_progress) -> tuple[nn.Module, list[float], list[float]]:
+    """The CoDA student of ``teacher``, distilled then fine-tuned; the teacher is left unchanged. Returns the
+    student and its distillation and fine-tuning losses (one generator draws both steps' batches)."""
     generator = torch.Generator().manual_seed(seed)
     student = replace_short_convs(teacher, cfg.gru_hidden, cfg.rank, seed)
     distill = distill_mixers(teacher, student, train_blocks, cfg, generator)
-    if progress is not None:
-        progress(0.5, f"lfm: distilled {len(distill)} steps")
+    progress(0.5, f"lfm: distilled {len(distill)} steps")
     losses = finetune(student, train_blocks, cfg, generator)
+    return student, distill, losses
+
+
+def save_student(student: nn.Module, model_dir: Path) -> Path:
+    """The whole student (fine-tuning updates every weight); ``save_model`` stores tied weights once."""
+    from safetensors.torch import save_model
+
+    return write_with(Path(model_dir) / STUDENT, lambda tmp: save_model(student, str(tmp)))
+
+
+def load_student(teacher: nn.Module, cfg: LfmConfig, seed: int, model_dir: Path) -> nn.Module:
+    """The student ``save_student`` wrote, rebuilt on the teacher's architecture."""
+    from safetensors.torch import load_model
+
+    student = replace_short_convs(teacher, cfg.gru_hidden, cfg.rank, seed)
+    load_model(student, str(Path(model_dir) / STUDENT))
+    return student.eval()
+
+
+def train_student(cfg: LfmConfig, seed: int, train_blocks: torch.Tensor, model_dir: Path, device: str,
+                  progress: Progress = no_progress) -> tuple[dict[str, float], dict[str, list[float]]]:
+    """Training step of the LFM study: the converted, fine-tuned student saved in ``model_dir``; returns the
+    final fine-tuning loss and both loss curves."""
+    teacher = load_teacher(cfg, device)
+    student, distill, losses = convert_and_finetune(teacher, train_blocks, cfg, seed, progress)
+    save_student(student, model_dir)
+    return ({"lfm_final_finetune_loss": losses[-1] if losses else math.nan},
+            {"lfm_distill_loss": distill, "lfm_finetune_loss": losses})
+
+
+def measure_models(teacher: nn.Module, student: nn.Module, train_blocks: torch.Tensor, eval_blocks: torch.Tensor,
+                   cfg: LfmConfig) -> list[dict]:
+    """Perplexity on ``eval_blocks``, training and inference tokens/s and parameter count of the original and
+    the CoDA model (rows ``original``, ``coda``)."""
     device = next(teacher.parameters()).device
     timing = train_blocks[:cfg.batch_size].to(device)
-    rows = []
-    for name, model in (("original", teacher), ("coda", student)):
-        rows.append({"model": name, "perplexity": perplexity(model, eval_blocks, cfg.batch_size),
-                     "train_tokens_per_s": tokens_per_second(model, timing, cfg.timing_steps, train=True),
-                     "inference_tokens_per_s": tokens_per_second(model, timing, cfg.timing_steps, train=False),
-                     "parameters": sum(p.numel() for p in model.parameters())})
-    original, coda = rows
-    metrics = {"lfm_train_speedup": coda["train_tokens_per_s"] / original["train_tokens_per_s"],
-               "lfm_inference_speedup": coda["inference_tokens_per_s"] / original["inference_tokens_per_s"],
-               "lfm_perplexity_ratio": coda["perplexity"] / original["perplexity"],
-               "lfm_final_finetune_loss": losses[-1] if losses else math.nan}
-    return metrics, rows
+    return [{"model": name, "perplexity": perplexity(model, eval_blocks, cfg.batch_size),
+             "train_tokens_per_s": tokens_per_second(model, timing, cfg.timing_steps, train=True),
+             "inference_tokens_per_s": tokens_per_second(model, timing, cfg.timing_steps, train=False),
+             "parameters": sum(p.numel() for p in model.parameters())}
+            for name, model in (("original", teacher), ("coda", student))]
 
 
-def run_lfm_study(cfg: LfmConfig, seed: int, blocks: tuple[torch.Tensor, torch.Tensor], device: str,
-                  progress: Progress | None = None) -> tuple[dict[str, float], list[dict]]:
-    """``blocks``: the (train, eval) token blocks from ``read_train_eval_blocks``."""
-    teacher, _ = data.load_lfm(cfg.model, cfg.dtype)
-    teacher = teacher.to(device).eval()
-    return compare_models(teacher, blocks[0], blocks[1], cfg, seed, progress)
+def evaluate_student(cfg: LfmConfig, seed: int, blocks: tuple[torch.Tensor, torch.Tensor], model_dir: Path,
+                     device: str) -> list[dict]:
+    """Evaluation step of the LFM study. ``blocks``: the (train, eval) token blocks from
+    ``read_train_eval_blocks``."""
+    teacher = load_teacher(cfg, device)
+    return measure_models(teacher, load_student(teacher, cfg, seed, model_dir), blocks[0], blocks[1], cfg)

@@ -1,11 +1,11 @@
 """CoDA (continuous-depth acceleration), RECONSTRUCTED from the abstract and the lab's prior work.
 
-The paper text was not available (brief ``coda.md``); every layer below follows the brief's guess:
+The paper text was not available (README, reconstruction notice); every layer below is the reconstruction's:
 
 - ``LTCLayer``: the liquid time-constant layer of Hasani et al. (AAAI 2021), dx/dt = -[1/tau + f(x, u)] x
   + f(x, u) A, advanced by ``ode_unfolds`` fused semi-implicit Euler unfolds per input step (the LTC paper's
   fused solver, its Eq. 3): x <- (x + delta f A) / (1 + delta (1/tau + f)), delta = Delta_k / unfolds.
-- ``CodaBlock``: the Mori-Zwanzig / Koopman replacement (brief "Method", steps 1-3): memory and forcing by a
+- ``CodaBlock``: the Mori-Zwanzig / Koopman replacement (README, "Method"): memory and forcing by a
   compact GRU, h_k = GRU(u_k, h_{k-1}); a single low-dimensional linear ODE dz/dt = K z + B h_k solved exactly
   under zero-order hold, z_k = e^{K Delta_k} z_{k-1} + (int_0^{Delta_k} e^{K s} ds) B h_k; a dense read-out
   y_k = W [z_k; h_k] + b. K = -(P P^T + eps I) + (S - S^T) is stable by construction.
@@ -32,7 +32,7 @@ Rhs = Callable[[torch.Tensor], torch.Tensor]
 # ------------------------------------------------------------------------------------------------
 
 def stable_generator(p: torch.Tensor, s: torch.Tensor, eps: float) -> torch.Tensor:
-    """K = -(P P^T + eps I) + (S - S^T) (brief, "Stable parametrisation").
+    """K = -(P P^T + eps I) + (S - S^T) (README, "Method": CoDA block).
 
     The symmetric part of K is -(P P^T + eps I) <= -eps I, so every eigenvalue has Re(lambda) <= -eps: for an
     eigenpair (lambda, v), Re(lambda) |v|^2 = Re(v* K v) = v* sym(K) v.
@@ -45,7 +45,7 @@ def stable_generator(p: torch.Tensor, s: torch.Tensor, eps: float) -> torch.Tens
 
 def augmented_exponential(k: torch.Tensor, dt: torch.Tensor) -> torch.Tensor:
     """expm([[K, I], [0, 0]] Delta) for every Delta in the 1-D ``dt``, by ``torch.linalg.matrix_exp``: the
-    reference the fast propagators are checked against (brief, implementation note)."""
+    reference the fast propagators are checked against (README, "Method": ZOH propagators)."""
     r = k.shape[-1]
     scale = dt.to(k.dtype).view(-1, 1, 1)
     eye = torch.eye(r, dtype=k.dtype, device=k.device).expand(len(dt), r, r)
@@ -63,7 +63,7 @@ def zoh_propagators(k: torch.Tensor, dt: torch.Tensor) -> tuple[torch.Tensor, to
     """Phi(Delta) = e^{K Delta} and Gamma(Delta) = int_0^Delta e^{K s} ds for every entry of ``dt``.
 
     These are the top-left and top-right blocks of the augmented exponential expm([[K, I], [0, 0]] Delta)
-    (brief, implementation note). Its block structure lets one evaluate them on r x r matrices directly, by
+    (README, "Method": ZOH propagators). Its block structure lets one evaluate them on r x r matrices directly, by
     scaling and squaring: with A = K Delta / 2^s scaled to ||A||_1 <= 1/2, Phi = sum_n A^n / n! and
     Gamma = (Delta / 2^s) sum_n A^n / (n + 1)! to the dtype's precision, then s doublings
     Gamma(2h) = Gamma(h) + Phi(h) Gamma(h), Phi(2h) = Phi(h)^2. It agrees with ``augmented_exponential`` to
@@ -97,7 +97,7 @@ def zoh_step(z: torch.Tensor, forcing: torch.Tensor, phi: torch.Tensor, gamma: t
 
 
 def zoh_step_augmented(z: torch.Tensor, forcing: torch.Tensor, k: torch.Tensor, dt: float) -> torch.Tensor:
-    """The same step from expm([[K, B h], [0, 0]] Delta) (brief, CoDA block step 2), for one vector z.
+    """The same step from expm([[K, B h], [0, 0]] Delta) (the CoDA block's ZOH step, README "Method"), for one vector z.
 
     The last column of the exponential's top block is Gamma (B h); used to cross-check ``zoh_propagators``.
     """
@@ -191,7 +191,7 @@ class LTCLayer(nn.Module):
 
 
 class CodaBlock(nn.Module):
-    """CoDA block (brief, "Method", reconstructed): GRU memory, one exact linear ODE, dense read-out.
+    """CoDA block (README, "Method", reconstructed): GRU memory, one exact linear ODE, dense read-out.
 
     The GRU does not depend on z, so it runs fused over the whole sequence (one nonlinear cell evaluation per
     step); the linear ODE is a cheap linear recurrence z_k = Phi_k z_{k-1} + Gamma_k B h_k whose propagators
@@ -300,7 +300,7 @@ def training_step_flops(model: nn.Module, inputs: torch.Tensor, dt: torch.Tensor
 
 
 # ------------------------------------------------------------------------------------------------
-# Conversion of a trained LTC stack (brief, "Conversion path")
+# Conversion of a trained LTC stack (README, "Method": conversion)
 # ------------------------------------------------------------------------------------------------
 
 def distill_layerwise(teacher: SequenceModel, student: SequenceModel, inputs: torch.Tensor, dt: torch.Tensor,

@@ -1,4 +1,5 @@
-"""Deterministic checks of the CoDA library (brief coda.md, acceptance section (a)).
+"""Deterministic checks of the CoDA library: acceptance checks (a)1-(a)5, the sources of the identities C1, C2
+and C2b in tasks/coda/claims.yaml.
 
 Every key check has a negative control: a deliberately broken variant that must fail the same check.
 """
@@ -40,7 +41,7 @@ def _worst_zoh_vs_rk4_gap(seed: int) -> float:
         exact = m.zoh_step(z0, forcing, phi[0], gamma[0])
         reference = m.rk4_integrate(lambda z: k @ z + forcing, z0, dt, 400)
         worst = max(worst, float((exact - reference).abs().max()))
-        # the brief's own form, expm([[K, B h], [0, 0]] dt), agrees too
+        # the augmented form of the step, expm([[K, B h], [0, 0]] dt), agrees too
         assert torch.allclose(m.zoh_step_augmented(z0, forcing, k, dt), exact, atol=1e-12)
     return worst
 

@@ -1,10 +1,11 @@
-"""coda outside the core math: the params fragment, the data phase and its checks, run_seed at the smoke
-profile (every claim's metric present), figures from its results, the paper-profile LFM path on a tiny
-local stand-in (no network)."""
+"""coda outside the core math: the params fragment, the data phase and its checks, the train -> evaluate ->
+claim_metrics steps at the smoke profile (every claim's metric present, checkpoints written and read back),
+figures from their results, the paper-profile LFM path on a tiny local stand-in (no network)."""
 
 from __future__ import annotations
 
 import copy
+import hashlib
 from pathlib import Path
 
 import numpy as np
@@ -12,10 +13,13 @@ import polars as pl
 import pytest
 import torch
 
-from tasks.coda import data, experiment, figures, lfm, method
+from tasks.coda import claim_metrics as cm
+from tasks.coda import data, evaluate, figures, hub, method, model, train
 from tasks.coda.config import CONFIG, LfmConfig
 from tasks.common.claims import load_claims
+from tasks.common.io import write_parquet
 from tasks.common.params import ParamsError, params_section, validate_paper_section
+from tasks.common.results import SeedResult
 
 TASK_DIR = Path(__file__).resolve().parents[2] / "tasks" / "coda"
 SLUG = "coda"
@@ -29,11 +33,10 @@ def smoke_config():
     return CONFIG.model_validate(profile_section()["smoke"])
 
 
-def test_fragment_validates_every_profile():
+def test_only_the_paper_profile_runs_the_lfm_study():
     configs = validate_paper_section(SLUG, profile_section())
-    assert set(configs) == {"smoke", "cpu", "paper"}
     assert configs["paper"].lfm is not None and configs["cpu"].lfm is None
-    assert len(configs["cpu"].data.tasks) == 6 and configs["cpu"].device == "auto"
+    assert len(configs["cpu"].data.tasks) == 6
 
 
 @pytest.mark.parametrize("path,value,message", [
@@ -42,8 +45,6 @@ def test_fragment_validates_every_profile():
     (("smoke", "data", "tasks"), ["sine"], "unknown task"),
     (("cpu", "data", "dt_low"), 0.5, "dt_low"),
     (("cpu", "study", "two_layer_tasks"), ["lorenz", "lorenz"], "distinct"),
-    (("cpu", "train", "surprise"), 1, "unknown key"),
-    (("cpu", "device"), "tpu", "coda.cpu.device"),
 ])
 def test_bad_values_name_the_key(path, value, message):
     section = copy.deepcopy(profile_section())
@@ -71,8 +72,9 @@ def test_every_task_is_seeded_irregular_and_standardised(name):
     assert first.dt.min() >= cfg.dt_low - 1e-6 and first.dt.max() <= cfg.dt_high + 1e-6
     assert np.allclose(np.round(first.dt / cfg.dt_resolution) * cfg.dt_resolution, first.dt, atol=1e-6)
     assert np.isfinite(first.inputs).all() and first.inputs.shape[:2] == (80, cfg.seq_len)
-    train = first.inputs[:64, :, :-1]
-    assert np.allclose(train.mean(axis=(0, 1)), 0, atol=1e-4) and np.allclose(train.std(axis=(0, 1)), 1, atol=1e-3)
+    train_inputs = first.inputs[:64, :, :-1]
+    assert np.allclose(train_inputs.mean(axis=(0, 1)), 0, atol=1e-4)
+    assert np.allclose(train_inputs.std(axis=(0, 1)), 1, atol=1e-3)
     if first.kind == "classify":
         assert set(np.unique(first.targets)) == set(range(first.n_outputs))
     else:
@@ -87,14 +89,21 @@ def test_lorenz_hides_and_scores_only_the_horizon():
     assert (task.inputs[:, -h:, 3] == task.inputs[0, -1, 3]).all()  # the observed flag is constant in the horizon
 
 
+def run_steps(cfg, seed: int, data_dir: Path, model_dir: Path) -> tuple[SeedResult, SeedResult, SeedResult]:
+    """train, evaluate, and the merged result with the claim metrics (as the flow composes them)."""
+    trained = train.train(cfg, seed, data_dir, model_dir)
+    evaluated = evaluate.evaluate(cfg, seed, data_dir, model_dir)
+    merged = trained.merged(evaluated)
+    return trained, evaluated, merged.add(cm.claim_metrics(cfg, merged))
+
+
 @pytest.fixture(scope="module")
 def smoke_run(tmp_path_factory):
     torch.set_num_threads(1)
     root = tmp_path_factory.mktemp("coda")
     cfg = smoke_config()
-    written = experiment.write_data(cfg, (0,), root / "data")
-    result = experiment.run_seed(cfg, 0, root / "data", root / "models")
-    return cfg, root, written, result
+    written = data.write_data(cfg, (0,), root / "data")
+    return cfg, root, written, run_steps(cfg, 0, root / "data", root / "models" / "seed0")
 
 
 def test_write_data_outputs(smoke_run):
@@ -104,8 +113,8 @@ def test_write_data_outputs(smoke_run):
     assert not [p for p in (root / "data").iterdir() if p.name.endswith(".partial")]
 
 
-def test_run_seed_returns_every_claim_metric(smoke_run):
-    _, root, _, result = smoke_run
+def test_steps_return_every_claim_metric(smoke_run):
+    _, root, _, (trained, evaluated, result) = smoke_run
     claims = load_claims(TASK_DIR / "claims.yaml")
     needed = set()
     for c in claims:
@@ -113,13 +122,18 @@ def test_run_seed_returns_every_claim_metric(smoke_run):
             for measured in [c, *c.preconditions]:
                 needed |= {measured.metric} | ({measured.counts.successes, measured.counts.trials}
                                                if measured.counts else set())
-    assert needed <= set(result["metrics"]), needed - set(result["metrics"])
-    assert all(isinstance(v, float) and np.isfinite(v) for v in result["metrics"].values())
-    assert result["metrics"]["nfe_ratio_ltc_over_coda"] == 6.0
-    assert result["metrics"]["coda_max_real_eig_plus_eps"] <= 0
-    assert result["metrics"]["zoh_vs_rk4_max_abs_error"] <= 1e-5
+    assert needed <= set(result.metrics), needed - set(result.metrics)
+    assert not needed & set(trained.metrics)  # training returns curves and its own timings only
+    assert all(isinstance(v, float) and np.isfinite(v) for v in result.metrics.values())
+    assert result.metrics["nfe_ratio_ltc_over_coda"] == 6.0
+    assert result.metrics["coda_max_real_eig_plus_eps"] <= 0
+    assert result.metrics["zoh_vs_rk4_max_abs_error"] <= 1e-5
     weights = sorted(p.name for p in (root / "models" / "seed0").iterdir())
-    assert "lotka_volterra_coda_L1.safetensors" in weights and "lotka_volterra_ltc_L2.safetensors" in weights
+    assert weights == sorted(f"lotka_volterra_{m}.safetensors" for m in (
+        "ltc_L1", "coda_L1", "gru_L1", "ltc_L2", "coda_L2", "coda_converted_L1", "coda_converted_L2",
+        "coda_distilled_L1", "coda_distilled_L2"))
+    assert {(r["model"], r["layers"]) for r in trained.tables["training"]} == {
+        (r["model"], r["layers"]) for r in evaluated.tables["models"]}
 
 
 def test_paper_only_claims_are_the_lfm_ones():
@@ -128,31 +142,50 @@ def test_paper_only_claims_are_the_lfm_ones():
         "lfm_train_speedup", "lfm_inference_speedup", "lfm_perplexity_ratio"}
 
 
-def test_run_seed_is_deterministic(smoke_run, tmp_path):
-    cfg, root, _, result = smoke_run
-    again = experiment.run_seed(cfg, 0, root / "data", tmp_path / "models")
-    scores = [r["score"] for r in result["tables"]["models"]]
-    assert scores == [r["score"] for r in again["tables"]["models"]]
-    deterministic = [k for k in result["metrics"] if not k.startswith(("seconds_", "measured_"))]
-    assert {k: result["metrics"][k] for k in deterministic} == {k: again["metrics"][k] for k in deterministic}
+def digests(folder: Path) -> dict[str, str]:
+    return {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(folder.iterdir())}
+
+
+def test_training_is_deterministic_and_evaluation_reads_the_checkpoints(smoke_run, tmp_path):
+    cfg, root, _, (_, evaluated, result) = smoke_run
+    _, again_evaluated, again = run_steps(cfg, 0, root / "data", tmp_path / "seed0")
+    assert digests(root / "models" / "seed0") == digests(tmp_path / "seed0")  # bit-identical checkpoints
+    deterministic = [k for k in result.metrics if not k.startswith(("seconds_", "measured_"))]
+    assert {k: result.metrics[k] for k in deterministic} == {k: again.metrics[k] for k in deterministic}
+    # evaluation measures what is on disk: a changed checkpoint changes the score
+    path = model.checkpoint_path(tmp_path / "seed0", "lotka_volterra", "gru", 1)
+    task = data.read_task(cfg.data, "lotka_volterra", 0, root / "data")
+    gru = model.load_model("gru", 1, task, cfg.model, tmp_path / "seed0", "gru", "cpu")
+    with torch.no_grad():
+        gru.head.bias.add_(1.0)
+    model.save_model(gru, tmp_path / "seed0", "lotka_volterra", "gru", 1)
+    assert path.is_file()
+    changed = evaluate.evaluate(cfg, 0, root / "data", tmp_path / "seed0")
+    assert changed.metrics["mse_lotka_volterra_gru_L1"] != evaluated.metrics["mse_lotka_volterra_gru_L1"]
+    path.unlink()
+    with pytest.raises(FileNotFoundError):
+        evaluate.evaluate(cfg, 0, root / "data", tmp_path / "seed0")
 
 
 def test_figures_build_from_results(smoke_run, tmp_path):
-    cfg, _, _, result = smoke_run
-    other = copy.deepcopy(result) | {"seed": 1}
+    cfg, _, _, (_, _, result) = smoke_run
+    other = SeedResult.from_dict(result.to_dict() | {"seed": 1})
     made = figures.make_figures(cfg, [result, other], tmp_path / "figures", tmp_path / "plots")
     assert sorted(p.name for p in made) == ["models.csv", "pareto.png", "speedup.csv", "speedup.png"]
     assert all(p.stat().st_size > 0 for p in made)
-    assert pl.read_csv(tmp_path / "plots" / "models.csv")["seed"].unique().sort().to_list() == [0, 1]
+    models = pl.read_csv(tmp_path / "plots" / "models.csv")
+    assert models["seed"].unique().sort().to_list() == [0, 1]
+    assert models.filter(pl.col("model") == "ltc")["seconds_per_epoch"].min() > 0  # joined from training
 
 
 def test_stale_or_missing_data_is_rejected_naming_the_key(smoke_run, tmp_path):
     cfg, root, _, _ = smoke_run
     longer = cfg.model_copy(update={"data": cfg.data.model_copy(update={"seq_len": 30})})
-    with pytest.raises(ValueError, match=r"coda\.data\.seq_len"):
-        experiment.run_seed(longer, 0, root / "data", tmp_path)
-    with pytest.raises(FileNotFoundError, match="data phase"):
-        experiment.run_seed(cfg, 7, root / "data", tmp_path)
+    for step in (train.train, evaluate.evaluate):
+        with pytest.raises(ValueError, match=r"coda\.data\.seq_len"):
+            step(longer, 0, root / "data", tmp_path)
+        with pytest.raises(FileNotFoundError, match="data phase"):
+            step(cfg, 7, root / "data", tmp_path)
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -169,20 +202,38 @@ def tiny_lfm():
     return Lfm2ForCausalLM(config).eval()
 
 
+TINY_LFM = LfmConfig(model="local", n_train_texts=1, n_eval_texts=1, seq_len=16, batch_size=4, distill_steps=3,
+                     finetune_steps=2, gru_hidden=8, rank=4, timing_steps=1, dtype="float32")
+
+
 def test_lfm_conversion_replaces_short_convs_and_measures(tmp_path):
     teacher = tiny_lfm()
-    cfg = LfmConfig(model="local", n_train_texts=1, n_eval_texts=1, seq_len=16, batch_size=4, distill_steps=3,
-                    finetune_steps=2, gru_hidden=8, rank=4, timing_steps=1, dtype="float32")
     blocks = torch.randint(0, 64, (12, 16), generator=torch.Generator().manual_seed(0))
     before = teacher.state_dict()["model.layers.0.conv.in_proj.weight"].clone()
-    metrics, rows = lfm.compare_models(teacher, blocks[:8], blocks[8:], cfg, seed=0)
-    assert set(metrics) >= {"lfm_train_speedup", "lfm_inference_speedup", "lfm_perplexity_ratio"}
-    assert all(np.isfinite(v) and v > 0 for v in metrics.values())
-    assert [r["model"] for r in rows] == ["original", "coda"]
+    student, distill, losses = hub.convert_and_finetune(teacher, blocks[:8], TINY_LFM, seed=0)
+    assert (len(distill), len(losses)) == (3, 2)
     assert torch.equal(teacher.state_dict()["model.layers.0.conv.in_proj.weight"], before)  # teacher untouched
-    student = lfm.replace_short_convs(teacher, 8, 4, seed=0)
-    assert isinstance(student.model.layers[0].conv, lfm.CodaTokenMixer)
+    assert isinstance(student.model.layers[0].conv, hub.CodaTokenMixer)
     assert not hasattr(student.model.layers[1], "conv")
+    rows = hub.measure_models(teacher, student, blocks[:8], blocks[8:], TINY_LFM)
+    assert [r["model"] for r in rows] == ["original", "coda"]
+    ratios = cm.lfm_ratios(rows)
+    assert set(ratios) == {"lfm_train_speedup", "lfm_inference_speedup", "lfm_perplexity_ratio"}
+    assert all(np.isfinite(v) and v > 0 for v in ratios.values())
+    # the checkpoint round trip (tied embeddings stored once) gives the same student
+    hub.save_student(student, tmp_path)
+    loaded = hub.load_student(teacher, TINY_LFM, 0, tmp_path)
+    assert hub.perplexity(loaded, blocks[8:], 4) == rows[1]["perplexity"]
+
+
+def test_lfm_train_and_evaluate_steps_on_the_stand_in(tmp_path, monkeypatch):
+    monkeypatch.setattr(hub, "load_lfm", lambda name, dtype: (tiny_lfm(), None))
+    blocks = torch.randint(0, 64, (12, 16), generator=torch.Generator().manual_seed(0))
+    metrics, curves = hub.train_student(TINY_LFM, 0, blocks[:8], tmp_path, "cpu")
+    assert np.isfinite(metrics["lfm_final_finetune_loss"]) and len(curves["lfm_finetune_loss"]) == 2
+    assert (tmp_path / hub.STUDENT).is_file()
+    rows = hub.evaluate_student(TINY_LFM, 0, (blocks[:8], blocks[8:]), tmp_path, "cpu")
+    assert rows[1]["perplexity"] != rows[0]["perplexity"]  # the student, not a second copy of the teacher
 
 
 def test_token_blocks_and_missing_blocks():
@@ -190,24 +241,40 @@ def test_token_blocks_and_missing_blocks():
         def __call__(self, text):
             return {"input_ids": [ord(c) % 50 for c in text]}
 
-    blocks = data.token_blocks(CharTokenizer(), ["abcdefgh", "ijklm"], seq_len=4)
+    blocks = hub.token_blocks(CharTokenizer(), ["abcdefgh", "ijklm"], seq_len=4)
     assert blocks.shape == (3, 4) and blocks[0].tolist() == [ord(c) % 50 for c in "abcd"]
     with pytest.raises(ValueError, match="seq_len"):
-        data.token_blocks(CharTokenizer(), ["ab"], seq_len=4)
+        hub.token_blocks(CharTokenizer(), ["ab"], seq_len=4)
     cfg = LfmConfig(model="local", n_train_texts=1, n_eval_texts=1, seq_len=8, batch_size=1, distill_steps=0,
                     finetune_steps=0)
     with pytest.raises(FileNotFoundError, match="data phase"):
-        lfm.read_blocks(cfg, Path("/nonexistent"), "train")
+        hub.read_blocks(cfg, Path("/nonexistent"), "train")
+
+
+def test_stale_token_blocks_name_the_key(tmp_path):
+    cfg = LfmConfig(model="local", n_train_texts=1, n_eval_texts=1, seq_len=8, batch_size=1, distill_steps=0,
+                    finetune_steps=0)
+    blocks = pl.DataFrame({"input_ids": np.zeros((2, 4), dtype=np.int64)})
+    write_parquet(blocks, hub.text_blocks_path(tmp_path, "train"))
+    with pytest.raises(ValueError, match=r"coda\.lfm\.seq_len"):
+        hub.read_blocks(cfg, tmp_path, "train")
 
 
 # ----------------------------------------------------------------------------------------------------
 # Claim metrics: planted rows, the trained-block checks and their negative control, input checks
 # ----------------------------------------------------------------------------------------------------
 
-def _row(task, model, layers, score, kind="forecast", ms=1.0, chance=10.0, converged=True):
-    return {"task": task, "kind": kind, "model": model, "layers": layers, "score": score, "nfe_per_step": 1.0,
+def _row(task, model_name, layers, score, kind="forecast", ms=1.0, chance=10.0, converged=True):
+    return {"task": task, "kind": kind, "model": model_name, "layers": layers, "score": score, "nfe_per_step": 1.0,
             "train_step_flops": 1.0, "inference_flops": 1.0, "ms_train_step_paired": ms,
             "ms_inference_batch_paired": ms, "chance_score": chance, "converged": converged}
+
+
+def planted(rows: list[dict]) -> SeedResult:
+    """A result with the ``models`` table and loss curves whose convergence is each row's ``converged``."""
+    curves = {f"loss_{r['task']}_{r['model']}_L{r['layers']}": [1.0, 1.0] if r.pop("converged") else [2.0, 1.0]
+              for r in rows}
+    return SeedResult(0).add(curves=curves, tables={"models": rows})
 
 
 def test_claim_metrics_on_planted_rows():
@@ -217,7 +284,7 @@ def test_claim_metrics_on_planted_rows():
             _row("lotka_volterra", "gru", 1, 0.5),
             _row("lotka_volterra", "ltc", 2, 0.1, ms=20.0), _row("lotka_volterra", "coda", 2, 1.0, ms=2.0),
             _row("lotka_volterra", "coda_converted", 1, 1.0), _row("lotka_volterra", "coda_converted", 2, 1.0)]
-    metrics = experiment.claim_metrics(rows, cfg)
+    metrics = cm.claim_metrics(cfg, planted(rows))
     assert metrics["parity_fraction"] == 1.0  # 1.05 <= 1.1 x 1.0
     assert metrics["parity_fraction_vs_best_baseline"] == 0.0  # 1.05 > 1.1 x 0.5 (GRU)
     assert metrics["two_layer_parity_fraction"] == 0.0  # 1.0 > 1.1 x 0.1
@@ -233,7 +300,6 @@ def test_claim_metrics_on_planted_rows():
                  "best_baseline_coda_converged", "two_layer_converged"):
         assert (metrics[f"{name}_count"], metrics[f"{name}_fraction"]) == (1.0, 1.0), name
     assert (metrics["teacher_learned_count"], metrics["converted_converged_count"]) == (2.0, 2.0)
-    assert metrics["mse_lotka_volterra_chance"] == 10.0
 
 
 def test_parity_preconditions_count_a_reference_at_chance_and_an_unconverged_model():
@@ -246,36 +312,46 @@ def test_parity_preconditions_count_a_reference_at_chance_and_an_unconverged_mod
             _row("lotka_volterra", "ltc", 2, 0.5, chance=1.05),
             _row("lotka_volterra", "coda", 2, 0.5, chance=1.05, converged=False),
             _row("lotka_volterra", "coda_converted", 1, 1.0, chance=1.05)]
-    metrics = experiment.claim_metrics(rows, cfg)
+    metrics = cm.claim_metrics(cfg, planted(rows))
     assert metrics["parity_count"] == 1.0 and metrics["ltc_learned_count"] == 0.0
     assert metrics["best_baseline_learned_count"] == 1.0  # 1.05 > 1.1 x 0.5: the GRU learned
     assert metrics["ltc_L2_learned_count"] == 1.0 and metrics["two_layer_converged_count"] == 0.0
     assert metrics["teacher_learned_count"] == 0.0 and metrics["converted_converged_count"] == 1.0
     # classification: learned means chance accuracy < the reference's accuracy - 2 points
     study = cfg.study
-    assert experiment.learned(_row("t", "ltc", 1, 40.0, kind="classify", chance=37.9), study)
-    assert not experiment.learned(_row("t", "ltc", 1, 40.0, kind="classify", chance=38.0), study)
+    assert cm.learned(_row("t", "ltc", 1, 40.0, kind="classify", chance=37.9), study)
+    assert not cm.learned(_row("t", "ltc", 1, 40.0, kind="classify", chance=38.0), study)
+
+
+def test_evaluation_reports_scores_and_chance_per_model():
+    rows = [_row("lotka_volterra", "ltc", 1, 1.0), _row("lotka_volterra", "coda_converted", 1, 2.0),
+            _row("occupancy", "gru", 2, 90.0, kind="classify", chance=60.0)]
+    rows[1].pop("nfe_per_step")
+    assert evaluate.row_metrics(rows) == {
+        "nfe_per_step_ltc_L1": 1.0, "mse_lotka_volterra_ltc_L1": 1.0, "mse_lotka_volterra_chance": 10.0,
+        "mse_lotka_volterra_coda_converted_L1": 2.0, "nfe_per_step_gru_L2": 1.0, "acc_occupancy_gru_L2": 90.0,
+        "acc_occupancy_chance": 60.0}
 
 
 def test_chance_score_is_the_majority_class_or_the_mean_target():
-    labels = experiment.Split(torch.zeros(5, 2, 1), torch.ones(5, 2), torch.tensor([0, 1, 1, 2, 1]), torch.ones(5, 2))
-    test = experiment.Split(torch.zeros(4, 2, 1), torch.ones(4, 2), torch.tensor([1, 1, 0, 2]), torch.ones(4, 2))
-    assert experiment.chance_score("classify", labels, test) == 50.0  # majority class 1: 2 of 4 test labels
+    labels = model.Split(torch.zeros(5, 2, 1), torch.ones(5, 2), torch.tensor([0, 1, 1, 2, 1]), torch.ones(5, 2))
+    test = model.Split(torch.zeros(4, 2, 1), torch.ones(4, 2), torch.tensor([1, 1, 0, 2]), torch.ones(4, 2))
+    assert evaluate.chance_score("classify", labels, test) == 50.0  # majority class 1: 2 of 4 test labels
     # forecasting: the constant is the mean over the SCORED training steps only (mask), per output dimension
     targets = torch.tensor([[[1.0], [100.0]], [[3.0], [100.0]]])  # the unscored step holds 100
-    train = experiment.Split(torch.zeros(2, 2, 1), torch.ones(2, 2), targets, torch.tensor([[1.0, 0.0], [1.0, 0.0]]))
-    test = experiment.Split(torch.zeros(1, 2, 1), torch.ones(1, 2), torch.tensor([[[2.0], [5.0]]]),
-                            torch.tensor([[0.0, 1.0]]))
-    assert experiment.chance_score("forecast", train, test) == pytest.approx(9.0)  # (5 - 2)^2 on the scored step
+    train_split = model.Split(torch.zeros(2, 2, 1), torch.ones(2, 2), targets, torch.tensor([[1.0, 0.0], [1.0, 0.0]]))
+    test = model.Split(torch.zeros(1, 2, 1), torch.ones(1, 2), torch.tensor([[[2.0], [5.0]]]),
+                       torch.tensor([[0.0, 1.0]]))
+    assert evaluate.chance_score("forecast", train_split, test) == pytest.approx(9.0)  # (5 - 2)^2 on the scored step
 
 
 def test_convergence_compares_the_loss_a_quarter_of_training_earlier():
-    assert experiment.has_converged([4.0, 2.0, 1.1, 1.05], 1.1)  # 8 epochs -> 2 back; here 4 epochs -> 1 back
-    assert not experiment.has_converged([4.0, 2.0, 1.2, 1.0], 1.1)  # the last epoch still gained 20%
-    assert experiment.has_converged([9, 9, 9, 9, 9, 9, 1.05, 1.0], 1.1) is False  # 2 back: 9 vs 1.0
-    assert experiment.has_converged([9, 9, 9, 9, 9, 1.1, 1.05, 1.0], 1.1)  # 2 back: 1.1 <= 1.1 x 1.0
-    assert experiment.has_converged([2.0, 2.5], 1.1)  # a loss that rose is not still falling
-    assert not experiment.has_converged([1.0], 1.1)  # one epoch cannot show convergence
+    assert cm.has_converged([4.0, 2.0, 1.1, 1.05], 1.1)  # 8 epochs -> 2 back; here 4 epochs -> 1 back
+    assert not cm.has_converged([4.0, 2.0, 1.2, 1.0], 1.1)  # the last epoch still gained 20%
+    assert cm.has_converged([9, 9, 9, 9, 9, 9, 1.05, 1.0], 1.1) is False  # 2 back: 9 vs 1.0
+    assert cm.has_converged([9, 9, 9, 9, 9, 1.1, 1.05, 1.0], 1.1)  # 2 back: 1.1 <= 1.1 x 1.0
+    assert cm.has_converged([2.0, 2.5], 1.1)  # a loss that rose is not still falling
+    assert not cm.has_converged([1.0], 1.1)  # one epoch cannot show convergence
 
 
 def test_linear_ode_checks_on_blocks_and_their_negative_control(monkeypatch):
@@ -283,24 +359,24 @@ def test_linear_ode_checks_on_blocks_and_their_negative_control(monkeypatch):
     block = method.CodaBlock(2, 4, gru_hidden=3, rank=4, eps=1e-2)
     with torch.no_grad():
         block.s.mul_(20.0)  # a large skew part: harmless for the correct K, destabilising for the broken one
-    model = method.SequenceModel([block], torch.nn.Linear(4, 1), "forecast")
+    sequence_model = method.SequenceModel([block], torch.nn.Linear(4, 1), "forecast")
     dt = torch.full((2, 3), 0.1)
-    good = experiment.linear_ode_checks([model], dt, seed=0)
+    good = evaluate.linear_ode_checks([sequence_model], dt, seed=0)
     assert good["coda_max_real_eig_plus_eps"] <= 1e-6 and good["zoh_vs_rk4_max_abs_error"] <= 1e-5
     correct = method.stable_generator
     monkeypatch.setattr(method, "stable_generator", lambda p, s, eps: correct(p, s, eps) + 2 * s.transpose(-1, -2))
-    assert experiment.linear_ode_checks([model], dt, seed=0)["coda_max_real_eig_plus_eps"] > 0
+    assert evaluate.linear_ode_checks([sequence_model], dt, seed=0)["coda_max_real_eig_plus_eps"] > 0
 
 
 def test_paired_timings_cover_every_model_and_phase():
     cfg = smoke_config()
     task = data.make_task(cfg.data, "lotka_volterra", 0)
-    train, test = experiment.task_splits(task, "cpu")
-    models = {kind: experiment.build_model(kind, 1, task, cfg.model, 0) for kind in ("ltc", "coda")}
-    medians = experiment.paired_timings(models, train.take(slice(0, 4)), test.take(slice(0, 4)), repeats=2)
+    train_split, test = model.task_splits(task, "cpu")
+    models = {kind: model.build_model(kind, 1, task, cfg.model, 0) for kind in ("ltc", "coda")}
+    medians = evaluate.paired_timings(models, train_split.take(slice(0, 4)), test.take(slice(0, 4)), repeats=2)
     assert set(medians) == {"ltc", "coda"}
     assert all(set(p) == {"train", "inference"} and all(v > 0 for v in p.values()) for p in medians.values())
-    assert all(p.grad is None for model in models.values() for p in model.parameters())
+    assert all(p.grad is None for m in models.values() for p in m.parameters())
 
 
 def test_lfm_blocks_are_checked_before_any_training(smoke_run, tmp_path, monkeypatch):
@@ -311,6 +387,6 @@ def test_lfm_blocks_are_checked_before_any_training(smoke_run, tmp_path, monkeyp
     def no_compute(*args, **kwargs):
         raise AssertionError("training started before the inputs were checked")
 
-    monkeypatch.setattr(experiment, "train_model", no_compute)
+    monkeypatch.setattr(train, "train_model", no_compute)
     with pytest.raises(FileNotFoundError, match="coda.lfm"):
-        experiment.run_seed(with_lfm, 0, root / "data", tmp_path)
+        train.train(with_lfm, 0, root / "data", tmp_path)

@@ -1,0 +1,157 @@
+"""Every claim's number of coda, derived from the measurements only (the ``models`` table of the evaluation,
+the training-loss curves; at the paper profile the ``lfm`` table). Costs seconds to change.
+
+Parity (claims C3a, C3b, C3d, C3e; README, "Claims"): CoDA MSE <= ``parity_mse_ratio`` x the reference's, or
+CoDA accuracy >= the reference's - ``parity_accuracy_points``. Each parity claim carries its counts (pooled over
+seeds into a binomial interval) and the counts of its two preconditions: the reference learned above chance,
+and both models converged.
+"""
+
+from __future__ import annotations
+
+import math
+
+from tasks.coda.config import CodaConfig, StudyConfig
+from tasks.coda.evaluate import find
+from tasks.coda.model import CODA, CONVERTED, REFERENCE
+from tasks.common.results import SeedResult
+
+
+def at_parity(kind: str, coda_score: float, ltc_score: float, study: StudyConfig) -> bool:
+    """CoDA MSE <= 1.1 x LTC's, or CoDA accuracy >= LTC's - 2 points (the default tolerances)."""
+    if kind == "classify":
+        return coda_score >= ltc_score - study.parity_accuracy_points
+    return coda_score <= study.parity_mse_ratio * ltc_score
+
+
+def learned(row: dict, study: StudyConfig) -> bool:
+    """The model learned its task above chance, with the parity tolerance as the margin: a predictor that
+    learned nothing (``chance_score``) is NOT at parity with it, so a parity test against it can fail."""
+    return not at_parity(row["kind"], row["chance_score"], row["score"], study)
+
+
+def has_converged(losses: list[float], loss_ratio: float) -> bool:
+    """Training has converged when the mean training loss a quarter of the epochs before the end (at least one
+    epoch) is within ``loss_ratio`` of the last one: the last quarter of training improved it by less than the
+    parity tolerance. One epoch alone cannot show it (False)."""
+    back = max(1, len(losses) // 4)
+    if len(losses) <= back:
+        return False
+    return losses[-1 - back] <= loss_ratio * losses[-1]
+
+
+def parity_metrics(pairs: list[tuple[dict, dict]], study: StudyConfig, fraction: str, trials: str, count: str,
+                   learned_name: str, converged_name: str) -> dict[str, float]:
+    """Per-seed metrics of one parity claim over (candidate, reference) pairs, one per task: the fraction at
+    parity and its count, and the preconditions' counts (reference learned above chance; candidate and reference
+    both converged), each with its fraction. Counts are integers (as floats): the claims pool them over seeds
+    (binomial interval); ``trials`` is the number of pairs."""
+    n = float(len(pairs))
+    at = float(sum(at_parity(ref["kind"], cand["score"], ref["score"], study) for cand, ref in pairs))
+    know = float(sum(learned(ref, study) for _, ref in pairs))
+    done = float(sum(bool(cand["converged"]) and bool(ref["converged"]) for cand, ref in pairs))
+    return {fraction: at / n, count: at, trials: n, f"{learned_name}_count": know, f"{learned_name}_fraction": know / n,
+            f"{converged_name}_count": done, f"{converged_name}_fraction": done / n}
+
+
+def five_of_six_quantile(values: list[float]) -> float:
+    """The ceil(5n/6)-th smallest value: it is <= x exactly when at least 5 of 6 (5/6 of the) values are."""
+    ordered = sorted(values)
+    return ordered[math.ceil(5 * len(ordered) / 6) - 1]
+
+
+def best_baseline(rows: list[dict], task: str, baseline_models: list[str]) -> dict | None:
+    """The best 1-layer baseline (lowest MSE / highest accuracy) of a task: a fairer reference than the LTC,
+    which is under-trained at the cpu budget (README)."""
+    candidates = [r for r in rows if r["task"] == task and r["model"] in baseline_models and r["layers"] == 1]
+    if not candidates:
+        return None
+    classify = candidates[0]["kind"] == "classify"
+    return max(candidates, key=lambda r: r["score"]) if classify else min(candidates, key=lambda r: r["score"])
+
+
+def with_convergence(result: SeedResult, study: StudyConfig) -> list[dict]:
+    """The evaluation's ``models`` rows, each with ``converged`` from its training-loss curve (for a conversion,
+    the fine-tuning curve)."""
+    return [row | {"converged": has_converged(result.curves[f"loss_{row['task']}_{row['model']}_L{row['layers']}"],
+                                              study.parity_mse_ratio)}
+            for row in result.tables["models"]]
+
+
+def cost_metrics(ltc: dict[str, dict], coda: dict[str, dict], tasks: list[str]) -> dict[str, float]:
+    """Deterministic costs (reported; exact by construction of the architectures, see the unit tests) and the
+    side-by-side wall-clock ratios (claims C5a, C5b)."""
+    first = tasks[0]
+    return {
+        "nfe_per_step_ltc": ltc[first]["nfe_per_step"],
+        "nfe_per_step_coda": coda[first]["nfe_per_step"],
+        "nfe_ratio_ltc_over_coda": ltc[first]["nfe_per_step"] / coda[first]["nfe_per_step"],
+        "train_flops_ratio_coda_over_ltc_5of6": five_of_six_quantile(
+            [coda[t]["train_step_flops"] / ltc[t]["train_step_flops"] for t in tasks]),
+        "inference_flops_ratio_coda_over_ltc_max": max(coda[t]["inference_flops"] / ltc[t]["inference_flops"]
+                                                       for t in tasks),
+        "measured_train_time_ratio_coda_over_ltc_5of6": five_of_six_quantile(
+            [coda[t]["ms_train_step_paired"] / ltc[t]["ms_train_step_paired"] for t in tasks]),
+        "measured_inference_time_ratio_coda_over_ltc_max": max(
+            coda[t]["ms_inference_batch_paired"] / ltc[t]["ms_inference_batch_paired"] for t in tasks),
+    }
+
+
+def one_layer_parity(rows: list[dict], ltc: dict[str, dict], coda: dict[str, dict], cfg: CodaConfig
+                     ) -> dict[str, float]:
+    """Claims C3a (CoDA vs LTC) and C3e (CoDA vs the best baseline) with their counts and preconditions."""
+    tasks = cfg.data.tasks
+    metrics = parity_metrics([(coda[t], ltc[t]) for t in tasks], cfg.study, "parity_fraction", "parity_trials",
+                             "parity_count", "ltc_learned", "ltc_coda_converged")
+    references = {t: best_baseline(rows, t, cfg.study.baselines) for t in tasks}
+    if all(ref is not None for ref in references.values()):
+        metrics |= parity_metrics([(coda[t], references[t]) for t in tasks], cfg.study,
+                                  "parity_fraction_vs_best_baseline", "parity_trials", "parity_vs_best_baseline_count",
+                                  "best_baseline_learned", "best_baseline_coda_converged")
+    return metrics
+
+
+def two_layer_metrics(rows: list[dict], ltc: dict[str, dict], coda: dict[str, dict], cfg: CodaConfig
+                      ) -> dict[str, float]:
+    """2-layer stacks: the FLOP and wall-clock speed-up over the 1-layer one (claim C3c) and parity (C3b)."""
+    two = cfg.study.two_layer_tasks
+    flop_gains, time_gains = [], []
+    for t in two:
+        ltc2, coda2 = find(rows, t, REFERENCE, 2), find(rows, t, CODA, 2)
+        flop_gains.append((ltc2["train_step_flops"] / coda2["train_step_flops"])
+                          / (ltc[t]["train_step_flops"] / coda[t]["train_step_flops"]))
+        time_gains.append((ltc2["ms_train_step_paired"] / coda2["ms_train_step_paired"])
+                          / (ltc[t]["ms_train_step_paired"] / coda[t]["ms_train_step_paired"]))
+    return {"flops_speedup_2layer_over_1layer_min": min(flop_gains),
+            "measured_speedup_2layer_over_1layer_min": min(time_gains)} | parity_metrics(
+        [(find(rows, t, CODA, 2), find(rows, t, REFERENCE, 2)) for t in two], cfg.study, "two_layer_parity_fraction",
+        "two_layer_trials", "two_layer_parity_count", "ltc_L2_learned", "two_layer_converged")
+
+
+def lfm_ratios(rows: list[dict]) -> dict[str, float]:
+    """Claims C4a-c from the LFM study's rows (``hub.measure_models``): CoDA over original tokens/s (training,
+    inference) and the perplexity ratio."""
+    original, coda = (next(r for r in rows if r["model"] == name) for name in ("original", "coda"))
+    return {"lfm_train_speedup": coda["train_tokens_per_s"] / original["train_tokens_per_s"],
+            "lfm_inference_speedup": coda["inference_tokens_per_s"] / original["inference_tokens_per_s"],
+            "lfm_perplexity_ratio": coda["perplexity"] / original["perplexity"]}
+
+
+def claim_metrics(cfg: CodaConfig, result: SeedResult) -> dict[str, float]:
+    rows = with_convergence(result, cfg.study)
+    tasks = cfg.data.tasks
+    ltc = {t: find(rows, t, REFERENCE) for t in tasks}
+    coda = {t: find(rows, t, CODA) for t in tasks}
+    metrics = cost_metrics(ltc, coda, tasks) | one_layer_parity(rows, ltc, coda, cfg)
+    if "lorenz" in tasks:
+        metrics["mse_ratio_coda_over_ltc_lorenz"] = coda["lorenz"]["score"] / ltc["lorenz"]["score"]
+    if cfg.study.two_layer_tasks:
+        metrics |= two_layer_metrics(rows, ltc, coda, cfg)
+    converted = [r for r in rows if r["model"] == CONVERTED]
+    if converted:  # claim C3d: each converted model against its own teacher (same depth)
+        metrics |= parity_metrics([(r, find(rows, r["task"], REFERENCE, r["layers"])) for r in converted], cfg.study,
+                                  "converted_parity_fraction", "converted_trials", "converted_parity_count",
+                                  "teacher_learned", "converted_converged")
+    if "lfm" in result.tables:
+        metrics |= lfm_ratios(result.tables["lfm"])
+    return {name: float(value) for name, value in metrics.items()}
