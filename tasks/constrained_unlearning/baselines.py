@@ -1,7 +1,7 @@
 """Weight-based unlearning baselines the paper compares against, each with a fixed hand-set weight.
 
 "Weight-based" in the abstract is ambiguous (loss weighting or weight-space regularisation); both
-readings are implemented, as the brief asks:
+readings are implemented:
 
 * :func:`loss_mixing_loss`  DSM(retain) - w DSM(forget), swept over w (loss weighting, gradient ascent on
   the forget data);
@@ -11,7 +11,8 @@ readings are implemented, as the brief asks:
 * :func:`weight_regularised_loss`  -DSM(forget) + mu ||theta - theta_0||^2, swept over mu (weight-space
   regularisation).
 
-All are reconstructions from the brief; the paper's baseline hyperparameters are unknown.
+All are the project's reconstructions (README, Fidelity checklist); the paper's baseline hyperparameters are
+unknown.
 """
 
 from __future__ import annotations

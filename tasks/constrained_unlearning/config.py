@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from pydantic import Field, model_validator
 
-from tasks.common.params import ProfileConfig
+from tasks.common.params import PaperConfig, ProfileConfig
+
+TITLE = "constrained_unlearning: Unlearning in Diffusion Models with KL and Likelihood Constraints"
 
 
 class PerFormulation(ProfileConfig):
@@ -107,7 +109,7 @@ class DataUnlearnConfig(ProfileConfig):
 
 
 class BaselineConfig(ProfileConfig):
-    """Stage B baselines with hand-set weights, each swept (brief: loss mixing, ESD-style eta, weight reg.)."""
+    """Stage B baselines with hand-set weights, each swept (loss mixing, ESD-style eta, weight reg.: baselines.py)."""
 
     steps: int = Field(ge=1)
     lr: float = Field(gt=0)
@@ -140,7 +142,10 @@ class PaperScaleConfig(ProfileConfig):
     ddim_steps: int = Field(ge=1)
 
 
-class ConstrainedUnlearningConfig(ProfileConfig):
+class ConstrainedUnlearningConfig(PaperConfig):
+    """One profile: Stage A (mixture, grid) always; Stage B (ddpm, unlearn, baselines) and Stage C (data_unlearn)
+    when their sections are present; ``hub`` (the paper-scale models) is refused before any compute."""
+
     mixture: MixtureConfig
     grid: GridConfig
     ddpm: DDPMConfig | None = None
@@ -148,7 +153,6 @@ class ConstrainedUnlearningConfig(ProfileConfig):
     baselines: BaselineConfig | None = None
     data_unlearn: DataUnlearnConfig | None = None
     hub: PaperScaleConfig | None = None
-    device: str = Field(default="auto", pattern="^(auto|cpu|cuda|mps)$")
 
     @model_validator(mode="after")
     def _stage_b_complete(self) -> ConstrainedUnlearningConfig:

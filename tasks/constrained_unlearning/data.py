@@ -1,18 +1,22 @@
-"""Data of constrained_unlearning.
+"""Data of constrained_unlearning (the contract's data step, and the data every later step reads).
 
 smoke / cpu: a procedural 2-D Gaussian mixture per seed (ring of modes, a "close" mode next to the forget
-mode), its parameters and its training samples as parquet. paper: hub checkpoints loaded by name with
-``diffusers`` (not installed in this project's environment: a clear error says so) and CLIP with
-``transformers``; tests use local stand-ins only.
+mode), its parameters and its training samples as parquet (:func:`write_data`, read back and checked by
+:func:`load_seed_data`); the duplicated forget points of Stage C; the 2-D density grid of Stage A and the fixed
+1-D reference problem. The paper profile's hub checkpoints are in ``hub.py``.
 """
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import polars as pl
 
+from tasks.common.io import write_parquet
 from tasks.constrained_unlearning import method
-from tasks.constrained_unlearning.config import GridConfig, MixtureConfig
+from tasks.constrained_unlearning.config import ConstrainedUnlearningConfig, GridConfig, MixtureConfig
+from tasks.constrained_unlearning.hub import refuse_unimplemented
 from tasks.constrained_unlearning.mixture import GaussianMixture, single_gaussian
 
 FORGET_MODE = 0  # index of the ring mode to unlearn
@@ -49,6 +53,39 @@ def training_samples(cfg: MixtureConfig, seed: int) -> pl.DataFrame:
     q, _, _ = mixture_from_table(mixture_table(cfg, seed))
     points = q.sample(cfg.n_train, np.random.default_rng(1_000 + seed))
     return pl.DataFrame({"x": points[:, 0], "y": points[:, 1]})
+
+
+def write_data(cfg: ConstrainedUnlearningConfig, seeds: tuple[int, ...], data_dir: Path) -> list[Path]:
+    """Data step: the mixture's modes and its training samples, per seed."""
+    refuse_unimplemented(cfg)
+    written = []
+    for seed in seeds:
+        written.append(write_parquet(mixture_table(cfg.mixture, seed), Path(data_dir) / f"mixture_seed{seed}.parquet"))
+        written.append(write_parquet(training_samples(cfg.mixture, seed), Path(data_dir) / f"train_seed{seed}.parquet"))
+    return written
+
+
+def load_seed_data(cfg: ConstrainedUnlearningConfig, seed: int, data_dir: Path
+                   ) -> tuple[GaussianMixture, GaussianMixture, np.ndarray, np.ndarray]:
+    """(q, q_u, close-mode centre, training samples), checked against the config before any compute."""
+    mixture_file = Path(data_dir) / f"mixture_seed{seed}.parquet"
+    samples_file = Path(data_dir) / f"train_seed{seed}.parquet"
+    for path in (mixture_file, samples_file):
+        if not path.exists():
+            raise FileNotFoundError(f"{path} is missing: run the data phase first")
+    stored = pl.read_parquet(mixture_file)
+    expected = mixture_table(cfg.mixture, seed)
+    if stored.shape != expected.shape or not np.allclose(stored.select("x", "y", "weight", "sigma").to_numpy(),
+                                                         expected.select("x", "y", "weight", "sigma").to_numpy(),
+                                                         rtol=0, atol=1e-12):
+        raise ValueError(f"{mixture_file} does not match the config key `mixture` (n_ring_modes, ring_radius, sigma, "
+                         "close_offset, weight_jitter): rerun the data phase")
+    samples = pl.read_parquet(samples_file).select("x", "y").to_numpy().astype(np.float64)
+    if samples.shape[0] != cfg.mixture.n_train:
+        raise ValueError(f"{samples_file} holds {samples.shape[0]} samples but `mixture.n_train` is "
+                         f"{cfg.mixture.n_train}: rerun the data phase")
+    q, forget, close = mixture_from_table(stored)
+    return q, forget, close, samples
 
 
 def duplicated_forget_points(q: GaussianMixture, n_points: int, offset: float, seed: int
@@ -92,45 +129,7 @@ def grid_problem(q: GaussianMixture, forget: GaussianMixture, grid_cfg: GridConf
 
 
 # ------------------------------------------------------------------------------------------------
-# Paper profile: hub checkpoints (never called at smoke/cpu; tests use local stand-ins)
-# ------------------------------------------------------------------------------------------------
-
-
-def load_diffusion_pipeline(name_or_path: str, dtype: str = "float16"):
-    """A Stable Diffusion / DDPM pipeline by hub name (``CompVis/stable-diffusion-v1-4``,
-    ``nota-ai/bk-sdm-tiny``, ``google/ddpm-celebahq-256``) or a local folder."""
-    try:
-        import diffusers
-    except ImportError as err:
-        raise ImportError("the paper profile of constrained_unlearning needs `diffusers` (and `peft` for LoRA): "
-                          "pip install diffusers peft") from err
-    import torch
-
-    return diffusers.DiffusionPipeline.from_pretrained(name_or_path, torch_dtype=getattr(torch, dtype))
-
-
-def load_clip(name_or_path: str):
-    """CLIP model and processor (``openai/clip-vit-base-patch32``) for the concept score."""
-    from transformers import CLIPModel, CLIPProcessor
-
-    return CLIPModel.from_pretrained(name_or_path).eval(), CLIPProcessor.from_pretrained(name_or_path)
-
-
-def clip_concept_score(model, processor, images, concept: str) -> np.ndarray:
-    """Cosine similarity between each image and the text ``concept`` (the paper's unlearning score)."""
-    import torch
-
-    inputs = processor(text=[concept], images=images, return_tensors="pt", padding=True)
-    with torch.no_grad():
-        image = model.get_image_features(pixel_values=inputs["pixel_values"])
-        text = model.get_text_features(input_ids=inputs["input_ids"], attention_mask=inputs["attention_mask"])
-    image = image / image.norm(dim=-1, keepdim=True)
-    text = text / text.norm(dim=-1, keepdim=True)
-    return (image @ text.T)[:, 0].numpy()
-
-
-# ------------------------------------------------------------------------------------------------
-# The brief's 1-D reference problem (fixed; acceptance check (a)5)
+# The fixed 1-D reference problem (README, "What is measured": claims C4c-f, C5d-f)
 # ------------------------------------------------------------------------------------------------
 
 REFERENCE_1D = {"modes": (-6.0, -2.0, 2.0, 6.0), "sigma": 0.7, "forget": 2.0, "far": -6.0, "half_width": 12.0}

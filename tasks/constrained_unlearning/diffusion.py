@@ -14,6 +14,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
+from tasks.common.schedules import warmup_cosine
 from tasks.common.seeding import torch_init_seed
 
 
@@ -109,17 +110,18 @@ def sample(model: nn.Module, schedule: NoiseSchedule, n: int, generator: torch.G
 def train(model: nn.Module, loss_fn: Callable[[torch.Generator], torch.Tensor], steps: int, lr: float,
           generator: torch.Generator, on_step: Callable[[int, float], None] | None = None,
           cosine_decay: bool = False) -> list[float]:
-    """Adam on ``loss_fn(generator)`` for ``steps`` steps (optionally cosine-decayed to 0); the loss curve."""
+    """Adam on ``loss_fn(generator)`` for ``steps`` steps; the loss curve. ``cosine_decay``: the learning rate
+    lr 0.5 (1 + cos(pi step / steps)) at each step, without warm-up (``tasks.common.schedules.warmup_cosine``)."""
     optimizer = torch.optim.Adam(model.parameters(), lr=lr)
+    scheduler = warmup_cosine(optimizer, steps, warmup_steps=0) if cosine_decay else None
     losses = []
     for step in range(steps):
-        if cosine_decay:
-            for group in optimizer.param_groups:
-                group["lr"] = lr * 0.5 * (1 + math.cos(math.pi * step / steps))
         loss = loss_fn(generator)
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         optimizer.step()
+        if scheduler is not None:
+            scheduler.step()
         losses.append(float(loss.detach()))
         if on_step is not None:
             on_step(step, losses[-1])

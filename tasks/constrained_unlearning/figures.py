@@ -9,21 +9,22 @@ CSV plot sources for ``dvc plots`` go to the plots folder.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import polars as pl
 
 from tasks.common.figures import new_figure, save_figure, write_plot_csv
+from tasks.common.results import SeedResult
+from tasks.constrained_unlearning.config import ConstrainedUnlearningConfig
 from tasks.constrained_unlearning.method import FORMULATIONS
 
-Results = Sequence[Mapping[str, Any]]
+Results = Sequence[SeedResult]
 
 
 def samples_figure(results: Results, path: Path) -> Path | None:
-    rows = results[0]["tables"].get("samples")
+    rows = results[0].tables.get("samples")
     if not rows:
         return None
     frame = pl.DataFrame(rows)
@@ -34,12 +35,12 @@ def samples_figure(results: Results, path: Path) -> Path | None:
         ax.scatter(points["x"], points["y"], s=2, alpha=0.5)
         ax.set_title(name.upper() if len(name) == 2 else name)
         ax.set_aspect("equal")
-    fig.suptitle(f"DDPM samples before / after unlearning (seed {results[0]['seed']})")
+    fig.suptitle(f"DDPM samples before / after unlearning (seed {results[0].seed})")
     return save_figure(fig, path)
 
 
 def tradeoff_figure(results: Results, path: Path) -> Path | None:
-    rows = [row | {"seed": r["seed"]} for r in results for row in r["tables"].get("tradeoff", [])]
+    rows = [row | {"seed": r.seed} for r in results for row in r.tables.get("tradeoff", [])]
     if not rows:
         return None
     fig, axes = new_figure(width=6.0, height=4.2)
@@ -71,10 +72,10 @@ def lambda_figure(results: Results, path: Path) -> Path:
         for row, stage in enumerate(("a", "b")):
             ax = axes[row, col]
             for r in results:
-                curve = r["curves"].get(f"{stage}_lambda_{f}")
+                curve = r.curves.get(f"{stage}_lambda_{f}")
                 if curve:
-                    ax.plot(np.arange(1, len(curve) + 1), curve, label=f"seed {r['seed']}")
-                ax.axhline(r["metrics"][f"a_lambda_star_{f}"], ls="--", color="k", alpha=0.4)
+                    ax.plot(np.arange(1, len(curve) + 1), curve, label=f"seed {r.seed}")
+                ax.axhline(r.metrics[f"a_lambda_star_{f}"], ls="--", color="k", alpha=0.4)
             ax.set_title(f"{f.upper()}: {'grid iterations' if stage == 'a' else 'DDPM dual updates'}")
             ax.set_xlabel("iteration" if stage == "a" else "dual update")
             ax.set_ylabel("lambda (dashed: closed-form lambda*)")
@@ -85,15 +86,15 @@ def lambda_figure(results: Results, path: Path) -> Path:
 def data_unlearning_figure(results: Results, path: Path) -> Path | None:
     """Stage C: memorisation ratio (near-sample fraction at the forget points / at held-out twins) of the
     retrain reference, the model fine-tuned with duplicates, and after FU data unlearning, per seed."""
-    if "c_fu_memorisation_ratio" not in results[0]["metrics"]:
+    if "c_fu_memorisation_ratio" not in results[0].metrics:
         return None
     fig, axes = new_figure(width=5.5, height=3.6)
     ax = axes[0, 0]
     stages = ("retrain", "memorised", "fu")
     width = 0.8 / len(results)
     for j, r in enumerate(results):
-        values = [r["metrics"][f"c_{stage}_memorisation_ratio"] for stage in stages]
-        ax.bar(np.arange(len(stages)) + (j - (len(results) - 1) / 2) * width, values, width, label=f"seed {r['seed']}")
+        values = [r.metrics[f"c_{stage}_memorisation_ratio"] for stage in stages]
+        ax.bar(np.arange(len(stages)) + (j - (len(results) - 1) / 2) * width, values, width, label=f"seed {r.seed}")
     ax.axhline(1.0, color="k", ls="--", alpha=0.5, label="held-out level")
     ax.set_xticks(np.arange(len(stages)), ["retrain (no duplicates)", "fine-tuned with duplicates", "after FU"])
     ax.set_ylabel("near fraction: forget / held-out")
@@ -102,17 +103,18 @@ def data_unlearning_figure(results: Results, path: Path) -> Path | None:
     return save_figure(fig, path)
 
 
-def make_figures(config, results: Results, figures_dir: Path, plots_dir: Path) -> list[Path]:
+def make_figures(config: ConstrainedUnlearningConfig, results: Results, figures_dir: Path, plots_dir: Path
+                 ) -> list[Path]:
     """PNG figures and CSV plot sources; ``config`` is unused (everything needed is in the results)."""
     made = [samples_figure(results, figures_dir / "samples.png"),
             tradeoff_figure(results, figures_dir / "tradeoff.png"),
             lambda_figure(results, figures_dir / "lambda_trajectories.png"),
             data_unlearning_figure(results, figures_dir / "data_unlearning.png")]
-    tradeoff = [row | {"seed": r["seed"]} for r in results for row in r["tables"].get("tradeoff", [])]
+    tradeoff = [row | {"seed": r.seed} for r in results for row in r.tables.get("tradeoff", [])]
     if tradeoff:
         made.append(write_plot_csv(tradeoff, plots_dir / "tradeoff.csv"))
-    lambdas = [{"seed": r["seed"], "stage": name[0], "formulation": name[-2:], "step": i, "lambda": v}
-               for r in results for name, curve in r["curves"].items() if "_lambda_" in name
+    lambdas = [{"seed": r.seed, "stage": name[0], "formulation": name[-2:], "step": i, "lambda": v}
+               for r in results for name, curve in r.curves.items() if "_lambda_" in name
                for i, v in enumerate(curve)]
     made.append(write_plot_csv(lambdas, plots_dir / "lambda_trajectories.csv"))
     return [p for p in made if p is not None]

@@ -19,7 +19,8 @@ q is the pretrained distribution, q_u the distribution to unlearn, lambda >= 0 t
   E_p[q_u] - eps (LU) (:func:`primal_dual_grid` on a density grid, :func:`primal_dual_unlearn` on a DDPM).
 
 The closed-form targets are the project's derivation from the stated problems (verified numerically by the
-tests); "forget mass", "retained-region KL" and the 1-D reference problem follow the project's brief.
+tests); "forget mass", "retained-region KL" and the 1-D reference problem are the project's definitions (README,
+"What is measured").
 """
 
 from __future__ import annotations
@@ -344,7 +345,7 @@ def importance_weights(formulation: str, log_q: np.ndarray, log_qu: np.ndarray, 
     """Self-normalised weights w_i ∝ p*_lambda(x_i) / q(x_i) for samples x_i ~ q (mean 1 over the batch).
 
     Training a denoiser on q's samples with these weights is denoising score matching on p*_lambda: the
-    toy shortcut of the brief, valid only because q and q_u have known densities.
+    project's toy shortcut (README, Fidelity checklist), valid only because q and q_u have known densities.
     """
     log_w = log_target_unnormalised(formulation, log_q, log_qu, lam) - log_q
     finite = np.isfinite(log_w)
@@ -412,7 +413,7 @@ def primal_dual_unlearn(formulation: str, model: torch.nn.Module, schedule, pool
                         generator: torch.Generator, lam0: float = 0.0, lam_max: float | None = None,
                         dual_update: DualUpdate = projected_dual_ascent,
                         progress: Callable[[float], None] | None = None) -> UnlearnResult:
-    """Primal-dual unlearning of a DDPM (Stage B of the brief).
+    """Primal-dual unlearning of a DDPM (Stage B, README "What is measured").
 
     Each round: draw ``dual_samples`` from the current model, estimate the constraint with
     ``constraint_fn`` and take the dual step; then ``steps_per_dual`` primal Adam steps on the Lagrangian at
@@ -463,7 +464,7 @@ def histogram_retained_kl(samples: np.ndarray, reference: np.ndarray, forget_cen
 
     Points outside the box [-half_width, half_width]^2 (or not finite: a diverged model) share one overflow bin,
     so mass pushed away counts. The reference histogram gets ``pseudo_count`` per bin so that the KL stays
-    finite; the estimate has a positive floor from sampling noise, which the experiment reports."""
+    finite; the estimate has a positive floor from sampling noise, which evaluate.py reports."""
     edges = np.linspace(-half_width, half_width, bins + 1)
 
     def histogram(points: np.ndarray) -> np.ndarray:

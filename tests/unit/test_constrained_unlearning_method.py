@@ -14,7 +14,7 @@ from scipy import integrate, optimize
 
 from tasks.common.io import load_state_dict, save_state_dict
 from tasks.common.params import params_section
-from tasks.constrained_unlearning import baselines, data, diffusion, experiment, method
+from tasks.constrained_unlearning import baselines, data, diffusion, evaluate, method
 from tasks.constrained_unlearning.config import CONFIG
 from tasks.constrained_unlearning.mixture import GaussianMixture, single_gaussian
 
@@ -275,10 +275,10 @@ def continuous_reference():
 
 
 def test_reference_1d_lambda_star_exact(continuous_reference, monkeypatch):
-    """Claims C5d-f (references): the experiment's lambda* at 5% forget mass (and at 1%) equal the continuous
+    """Claims C5d-f (references): evaluate.py's lambda* at 5% forget mass (and at 1%) equal the continuous
     closed form to 1e-3 relative, and lie in the brief's +-1% bands (RU 0.0376, FU 0.209, LU 4.89). Negative
     control: the library's RU target without the 1/(1 - lambda) exponent misses the closed-form lambda*_RU."""
-    metrics = experiment.reference_1d()
+    metrics = evaluate.reference_1d()
     for f, _, tag in REF_CASES:
         key = f"ref1d_lambda_{f}{tag}"
         assert metrics[key] == pytest.approx(continuous_reference[key], rel=1e-3), key
@@ -288,15 +288,15 @@ def test_reference_1d_lambda_star_exact(continuous_reference, monkeypatch):
     for key, brief in (("ref1d_lambda_ru", 0.0376), ("ref1d_lambda_fu", 0.209), ("ref1d_lambda_lu", 4.89)):
         assert abs(metrics[key] / brief - 1) <= 0.01
     monkeypatch.setattr(method, "ru_log_target", lambda log_q, log_qu, lam: log_q - lam * log_qu)
-    broken = experiment.reference_1d()
+    broken = evaluate.reference_1d()
     assert abs(broken["ref1d_lambda_ru"] / continuous_reference["ref1d_lambda_ru"] - 1) > 0.01
 
 
 def test_reference_1d_retained_kl_exact(continuous_reference, monkeypatch):
-    """Claims C4c-f (references): the experiment's retained-region KL at lambda* equals the continuous closed
+    """Claims C4c-f (references): evaluate.py's retained-region KL at lambda* equals the continuous closed
     form to 1% (RU 0.5201 and 1.0836 at 5% and 1% forget mass, LU 3.34e-4 and 1.53e-3), inside the brief's
     bands. Negative control: the KL over the whole line (no renormalisation on the retained region) misses it."""
-    metrics = experiment.reference_1d()
+    metrics = evaluate.reference_1d()
     for f, _, tag in REF_CASES:
         key = f"ref1d_retained_kl_{f}{tag}"
         assert metrics[key] == pytest.approx(continuous_reference[key], rel=1e-2), key
@@ -310,7 +310,7 @@ def test_reference_1d_retained_kl_exact(continuous_reference, monkeypatch):
         return method.kl_density(p, np.log(q), cell)
 
     monkeypatch.setattr(method, "retained_kl", whole_line_kl)
-    broken = experiment.reference_1d()
+    broken = evaluate.reference_1d()
     assert abs(broken["ref1d_retained_kl_ru"] / continuous_reference["ref1d_retained_kl_ru"] - 1) > 0.05
 
 

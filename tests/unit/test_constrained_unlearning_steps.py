@@ -1,9 +1,11 @@
-"""constrained_unlearning outside the core math: the params fragment, the data phase and its checks,
-run_seed at the smoke profile (every claim's metric present), figures from its results, paper-profile loaders."""
+"""constrained_unlearning outside the core math: the paper-specific config checks, the data step and its checks,
+train / evaluate / claim_metrics at the smoke profile (every claim's metric present, checkpoints in the seed's
+folder, evaluation from the checkpoints alone), figures from the results, paper-profile loaders (hub.py)."""
 
 from __future__ import annotations
 
 import copy
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -12,9 +14,13 @@ import pytest
 import torch
 
 from tasks.common.claims import load_claims
+from tasks.common.paper_flow import checkpoint_digest
 from tasks.common.params import ParamsError, params_section, validate_paper_section
-from tasks.constrained_unlearning import data, experiment, figures
+from tasks.common.results import SeedResult
+from tasks.constrained_unlearning import claim_metrics, data, figures, hub
 from tasks.constrained_unlearning.config import CONFIG
+from tasks.constrained_unlearning.evaluate import evaluate
+from tasks.constrained_unlearning.train import train
 
 TASK_DIR = Path(__file__).resolve().parents[2] / "tasks" / "constrained_unlearning"
 SLUG = "constrained_unlearning"
@@ -28,25 +34,21 @@ def smoke_config():
     return CONFIG.model_validate(fragment()["smoke"])
 
 
-def test_fragment_validates_every_profile():
+def test_profiles_have_their_stages():
     configs = validate_paper_section(SLUG, fragment())
-    assert set(configs) == {"smoke", "cpu", "paper"}
-    assert configs["cpu"].ddpm is not None and configs["paper"].hub is not None
-    assert configs["cpu"].device == "auto"
+    assert configs["smoke"].ddpm is not None and configs["cpu"].data_unlearn is not None
+    assert configs["paper"].hub is not None
 
 
 @pytest.mark.parametrize("path,value,message", [
-    (("cpu", "ddpm", "layers"), 0, "constrained_unlearning.cpu.ddpm.layers"),
-    (("smoke", "grid", "dual_lr", "lu"), -1.0, "constrained_unlearning.smoke.grid.dual_lr.lu"),
     (("cpu", "mixture", "close_offset"), 0.5, "close_offset"),
     (("cpu", "baselines", "esd_eta"), [0.1, -1.0], "esd_eta"),
-    (("cpu", "mixture", "surprise"), 1, "unknown key"),
-    (("cpu", "device"), "tpu", "constrained_unlearning.cpu.device"),
     (("cpu", "data_unlearn", "radius_sigmas"), 2.0, "radius_sigmas"),
     (("cpu", "data_unlearn", "n_points"), 8, "n_points"),
-    (("smoke", "data_unlearn", "duplicates"), 1, "constrained_unlearning.smoke.data_unlearn.duplicates"),
 ])
-def test_bad_values_name_the_key(path, value, message):
+def test_cross_field_checks_name_the_key(path, value, message):
+    """The paper's own validators (close mode outside the forget ball, positive sweeps, disjoint proxy balls, one
+    forget point per ring mode); generic bad values are covered by tests/unit/test_paper_contracts.py."""
     section = copy.deepcopy(fragment())
     node = section
     for key in path[:-1]:
@@ -74,26 +76,44 @@ def test_mixture_table_is_seeded_and_well_formed():
     assert np.linalg.norm(forget.means[0]) == pytest.approx(cfg.ring_radius)
 
 
+CHECKPOINTS = ["baseline00_loss_mixing_0.2.safetensors", "baseline01_esd_0.01.safetensors",
+               "baseline02_weight_reg_1.safetensors", "data_unlearned_fu.safetensors", "dual_variables.json",
+               "memorised.safetensors", "pretrained.safetensors"] + [
+                   f"unlearned_{f}.safetensors" for f in ("fu", "lu", "ru")]
+
+
+def run_steps(cfg, seed: int, data_dir: Path, model_dir: Path) -> tuple[SeedResult, SeedResult, SeedResult]:
+    """(train's result, evaluate's result, both merged with claim_metrics) as the flow combines them."""
+    trained = train(cfg, seed, data_dir, model_dir)
+    evaluated = evaluate(cfg, seed, data_dir, model_dir)
+    merged = trained.merged(evaluated)
+    return trained, evaluated, merged.add(claim_metrics.claim_metrics(cfg, merged))
+
+
 @pytest.fixture(scope="module")
 def smoke_run(tmp_path_factory):
     torch.set_num_threads(1)
     root = tmp_path_factory.mktemp("cu")
     cfg = smoke_config()
-    written = experiment.write_data(cfg, (0,), root / "data")
-    result = experiment.run_seed(cfg, 0, root / "data", root / "models")
-    return cfg, root, written, result
+    written = data.write_data(cfg, (0,), root / "data")
+    trained, evaluated, result = run_steps(cfg, 0, root / "data", root / "models" / "seed0")
+    return cfg, root, written, result, trained, evaluated
+
+
+def without_timings(metrics: dict[str, float]) -> dict[str, float]:
+    return {k: v for k, v in metrics.items() if not k.startswith("seconds_")}
 
 
 def test_write_data_outputs(smoke_run):
-    cfg, root, written, _ = smoke_run
+    cfg, root, written, *_ = smoke_run
     assert sorted(p.name for p in written) == ["mixture_seed0.parquet", "train_seed0.parquet"]
     assert pl.read_parquet(root / "data" / "train_seed0.parquet").height == cfg.mixture.n_train
     assert not [p for p in (root / "data").iterdir() if p.name.endswith(".partial")]
 
 
-def test_run_seed_returns_every_claim_metric(smoke_run):
-    _, root, _, result = smoke_run
-    assert result["seed"] == 0
+def test_steps_return_every_claim_metric(smoke_run):
+    _, root, _, result, trained, evaluated = smoke_run
+    assert result.seed == 0
     claims = load_claims(TASK_DIR / "claims.yaml")
     needed = set()
     for claim in claims:
@@ -102,17 +122,25 @@ def test_run_seed_returns_every_claim_metric(smoke_run):
                 needed.add(measured.metric)
             if measured.counts is not None:
                 needed |= {measured.counts.successes, measured.counts.trials}
-    assert needed <= set(result["metrics"]), needed - set(result["metrics"])
-    assert all(isinstance(v, float) for v in result["metrics"].values())
-    assert {"tradeoff", "samples"} <= set(result["tables"])
-    weights = sorted(p.name for p in (root / "models" / "seed0").iterdir())
-    assert weights == ["data_unlearned_fu.safetensors", "memorised.safetensors", "pretrained.safetensors"] + [
-        f"unlearned_{f}.safetensors" for f in ("fu", "lu", "ru")]
+    assert needed <= set(result.metrics), needed - set(result.metrics)
+    assert all(isinstance(v, float) for v in result.metrics.values())
+    assert {"tradeoff", "samples", "data_unlearning"} == set(evaluated.tables) and not trained.tables
+    assert {"b_pretrain_loss", "b_lambda_ru", "c_lambda_fu"} <= set(trained.curves)
+    assert sorted(p.name for p in (root / "models" / "seed0").iterdir()) == CHECKPOINTS
+
+
+def test_training_metrics_are_training_only(smoke_run):
+    """train reports only what the runs themselves give (final dual variables, slacks, the FU bound, timings);
+    every sample-based measurement comes from evaluate, every derived claim number from claim_metrics."""
+    trained = smoke_run[4]
+    assert set(without_timings(trained.metrics)) == {f"b_{f}_{k}" for f in ("ru", "fu", "lu")
+                                                     for k in ("lambda", "final_slack")} | {
+        "c_fu_lambda", "c_fu_bound", "c_fu_final_slack"}
 
 
 def test_smoke_exact_claims_hold(smoke_run):
     """Stage A is exact at every profile: the smoke run must already satisfy its checks."""
-    metrics = smoke_run[3]["metrics"]
+    metrics = smoke_run[3].metrics
     for f in ("ru", "fu", "lu"):
         assert metrics[f"a_{f}_tv_to_closed_form"] < 1e-3
         assert metrics[f"a_{f}_lambda_rel_error"] < 0.01
@@ -121,17 +149,37 @@ def test_smoke_exact_claims_hold(smoke_run):
     assert metrics["c6_esd_eta_at_lambda_two_thirds"] == pytest.approx(2.0)
 
 
-def test_run_seed_is_deterministic(smoke_run, tmp_path):
-    cfg, root, _, result = smoke_run
-    again = experiment.run_seed(cfg, 0, root / "data", tmp_path / "models")
-    same = {k: v for k, v in result["metrics"].items() if not k.startswith("seconds_")}
-    np.testing.assert_equal(same, {k: v for k, v in again["metrics"].items() if not k.startswith("seconds_")})
-    assert result["tables"]["tradeoff"] == again["tables"]["tradeoff"]
+def test_training_is_deterministic_to_the_checkpoint_bytes(smoke_run, tmp_path):
+    """The flow reuses a training and an evaluation by the checkpoints' sha256: training again writes the same
+    bytes, and evaluating again (from a copy of the folder: evaluate reads nothing else) the same numbers."""
+    cfg, root, _, result, _, evaluated = smoke_run
+    _, _, again = run_steps(cfg, 0, root / "data", tmp_path / "seed0")
+    assert checkpoint_digest(tmp_path / "seed0") == checkpoint_digest(root / "models" / "seed0")
+    np.testing.assert_equal(without_timings(result.metrics), without_timings(again.metrics))
+    assert result.tables["tradeoff"] == again.tables["tradeoff"]
+    shutil.copytree(root / "models" / "seed0", tmp_path / "copy")
+    copied = evaluate(cfg, 0, root / "data", tmp_path / "copy")
+    np.testing.assert_equal(without_timings(evaluated.metrics), without_timings(copied.metrics))
+
+
+def test_evaluation_reads_the_checkpoints(smoke_run, tmp_path):
+    """Negative control of the test above: a changed checkpoint (the LU run's weights replaced by the pretrained
+    ones) changes LU's measurement, and a missing one fails."""
+    cfg, root, _, _, _, evaluated = smoke_run
+    folder = tmp_path / "seed0"
+    shutil.copytree(root / "models" / "seed0", folder)
+    shutil.copy(folder / "pretrained.safetensors", folder / "unlearned_lu.safetensors")
+    changed = evaluate(cfg, 0, root / "data", folder)
+    assert changed.metrics["b_lu_forget_mass"] != evaluated.metrics["b_lu_forget_mass"]
+    assert changed.metrics["b_ru_forget_mass"] == evaluated.metrics["b_ru_forget_mass"]
+    (folder / "memorised.safetensors").unlink()
+    with pytest.raises(FileNotFoundError, match="memorised"):
+        evaluate(cfg, 0, root / "data", folder)
 
 
 def test_figures_build_from_results(smoke_run, tmp_path):
-    cfg, _, _, result = smoke_run
-    other = copy.deepcopy(result) | {"seed": 1}
+    cfg, _, _, result, *_ = smoke_run
+    other = SeedResult.from_dict(result.to_dict() | {"seed": 1})
     made = figures.make_figures(cfg, [result, other], tmp_path / "figures", tmp_path / "plots")
     names = sorted(p.name for p in made)
     assert names == ["data_unlearning.png", "lambda_trajectories.csv", "lambda_trajectories.png", "samples.png",
@@ -140,16 +188,28 @@ def test_figures_build_from_results(smoke_run, tmp_path):
     assert pl.read_csv(tmp_path / "plots" / "tradeoff.csv")["seed"].unique().sort().to_list() == [0, 1]
 
 
-def test_stale_data_is_rejected_naming_the_key(smoke_run, tmp_path):
-    cfg, root, _, _ = smoke_run
+@pytest.mark.parametrize("step", [train, evaluate])
+def test_stale_data_is_rejected_naming_the_key(smoke_run, tmp_path, step):
+    cfg, root, *_ = smoke_run
     changed = cfg.model_copy(update={"mixture": cfg.mixture.model_copy(update={"ring_radius": 3.0})})
     with pytest.raises(ValueError, match="`mixture`"):
-        experiment.run_seed(changed, 0, root / "data", tmp_path)
+        step(changed, 0, root / "data", tmp_path)
     fewer = cfg.model_copy(update={"mixture": cfg.mixture.model_copy(update={"n_train": 500})})
     with pytest.raises(ValueError, match="mixture.n_train"):
-        experiment.run_seed(fewer, 0, root / "data", tmp_path)
+        step(fewer, 0, root / "data", tmp_path)
     with pytest.raises(FileNotFoundError, match="data phase"):
-        experiment.run_seed(cfg, 7, root / "data", tmp_path)
+        step(cfg, 7, root / "data", tmp_path)
+
+
+def test_stage_a_only_trains_nothing(smoke_run, tmp_path):
+    """Without a ddpm section (the paper profile with its hub section removed) train writes nothing and evaluate
+    runs the exact Stage A alone; claim_metrics derives only Stage A's ratio."""
+    cfg, root, *_ = smoke_run
+    exact = cfg.model_copy(update={"ddpm": None, "unlearn": None, "baselines": None, "data_unlearn": None})
+    trained, evaluated, merged = run_steps(exact, 0, root / "data", tmp_path / "seed0")
+    assert not trained.metrics and not trained.curves and not (tmp_path / "seed0").exists()
+    assert not [k for k in evaluated.metrics if k.startswith(("b_", "c_"))]
+    assert set(merged.metrics) - set(evaluated.metrics) == {"a_lu_over_ru_retained_kl"}
 
 
 def test_paper_profile_loader_without_diffusers_says_what_to_install(monkeypatch):
@@ -164,48 +224,48 @@ def test_paper_profile_loader_without_diffusers_says_what_to_install(monkeypatch
 
     monkeypatch.setattr(builtins, "__import__", no_diffusers)
     with pytest.raises(ImportError, match="pip install diffusers peft"):
-        data.load_diffusion_pipeline("CompVis/stable-diffusion-v1-4")
+        hub.load_diffusion_pipeline("CompVis/stable-diffusion-v1-4")
 
 
 def test_paper_profile_hub_section_is_refused_before_any_compute(tmp_path):
-    """The paper profile names Stable Diffusion checkpoints whose Stage B is not implemented: both phases
-    fail at once, naming the key, instead of running the toy in their place (the data folder is absent, so a
+    """The paper profile names Stable Diffusion checkpoints whose Stage B is not implemented: every step
+    fails at once, naming the key, instead of running the toy in their place (the data folder is absent, so a
     late check would fail with FileNotFoundError instead)."""
     paper = CONFIG.model_validate(fragment()["paper"])
+    for step in (train, evaluate):
+        with pytest.raises(NotImplementedError, match=r"constrained_unlearning\.paper\.hub"):
+            step(paper, 0, tmp_path / "absent", tmp_path / "models")
     with pytest.raises(NotImplementedError, match=r"constrained_unlearning\.paper\.hub"):
-        experiment.run_seed(paper, 0, tmp_path / "absent", tmp_path / "models")
-    with pytest.raises(NotImplementedError, match=r"constrained_unlearning\.paper\.hub"):
-        experiment.write_data(paper, (0,), tmp_path / "data")
+        data.write_data(paper, (0,), tmp_path / "data")
     assert not (tmp_path / "data").exists() and not (tmp_path / "models").exists()
     without_hub = paper.model_copy(update={"hub": None})
-    experiment.refuse_unimplemented(without_hub)  # Stage A alone is allowed
+    hub.refuse_unimplemented(without_hub)  # Stage A alone is allowed
 
 
 def test_retained_kl_at_mass_reads_both_runs_at_the_target_mass():
+    at_mass = claim_metrics.retained_kl_at_mass
     before = {"forget_mass": 0.09, "retained_kl": 0.03}
     # A run that hit the target exactly keeps its own value.
-    assert experiment.retained_kl_at_mass(before, {"forget_mass": 0.05, "retained_kl": 0.2}, 0.05) == pytest.approx(0.2)
+    assert at_mass(before, {"forget_mass": 0.05, "retained_kl": 0.2}, 0.05) == pytest.approx(0.2)
     # Overshoot (4% forget mass): read halfway back along the segment to the pretrained point.
-    assert experiment.retained_kl_at_mass(before, {"forget_mass": 0.01, "retained_kl": 0.23}, 0.05) == \
-        pytest.approx(0.13)
+    assert at_mass(before, {"forget_mass": 0.01, "retained_kl": 0.23}, 0.05) == pytest.approx(0.13)
     # Undershoot (6%): extrapolated along the same segment.
-    assert experiment.retained_kl_at_mass(before, {"forget_mass": 0.07, "retained_kl": 0.08}, 0.05) == \
-        pytest.approx(0.13)
+    assert at_mass(before, {"forget_mass": 0.07, "retained_kl": 0.08}, 0.05) == pytest.approx(0.13)
     # Negative control: the unmatched ratio of two runs at different masses differs from the matched one.
     lu = {"forget_mass": 0.03, "retained_kl": 0.05}
     ru = {"forget_mass": 0.07, "retained_kl": 0.08}
-    matched = experiment.retained_kl_at_mass(before, lu, 0.05) / experiment.retained_kl_at_mass(before, ru, 0.05)
+    matched = at_mass(before, lu, 0.05) / at_mass(before, ru, 0.05)
     assert abs(matched - lu["retained_kl"] / ru["retained_kl"]) > 0.1
 
 
 def test_c4b_ratio_is_at_matched_mass(smoke_run):
     """C4b's metric is the ratio of the two runs' retained KL read at the target forget mass, not of their raw
     end points; the raw ratio, the KL above the floor and the mass gap are reported next to it."""
-    cfg, _, _, result = smoke_run
-    m = result["metrics"]
+    cfg, _, _, result, *_ = smoke_run
+    m = result.metrics
     target = cfg.grid.target_forget_mass
     before = {"forget_mass": m["b_pretrained_forget_mass"], "retained_kl": m["b_pretrained_retained_kl"]}
-    at = {f: experiment.retained_kl_at_mass(before, {"forget_mass": m[f"b_{f}_forget_mass"],
+    at = {f: claim_metrics.retained_kl_at_mass(before, {"forget_mass": m[f"b_{f}_forget_mass"],
                                                      "retained_kl": m[f"b_{f}_retained_kl"]}, target)
           for f in ("lu", "ru")}
     assert m["b_lu_over_ru_retained_kl"] == pytest.approx(at["lu"] / at["ru"])
@@ -218,9 +278,10 @@ def test_c4b_ratio_is_at_matched_mass(smoke_run):
 
 def test_forget_counts_are_the_binomial_counts_of_the_forget_mass(smoke_run):
     """C5a-c are decided on Clopper-Pearson intervals of pooled counts: every forget mass is an integer
-    count of evaluation samples over the number of samples, and the experiment reports both."""
-    cfg, _, _, result = smoke_run
-    m = result["metrics"]
+    count of evaluation samples over the number of samples; evaluate reports the mass and the sample count,
+    claim_metrics the count."""
+    cfg, _, _, result, *_ = smoke_run
+    m = result.metrics
     assert m["b_eval_samples"] == cfg.ddpm.eval_samples
     for name in ("pretrained", "ru", "fu", "lu"):
         count = m[f"b_{name}_forget_count"]
@@ -249,8 +310,8 @@ def test_data_unlearning_metrics_are_consistent(smoke_run):
     """Stage C (C3): the memorisation ratios are the near fractions' ratio, the duplicate share is the
     construction's, the forget points and their held-out twins have the same q-density, and the retained-KL
     ratio is over the retrain reference's own floor."""
-    cfg, _, _, result = smoke_run
-    m, du = result["metrics"], cfg.data_unlearn
+    cfg, _, _, result, *_ = smoke_run
+    m, du = result.metrics, cfg.data_unlearn
     copies = du.n_points * du.duplicates
     assert m["c_duplicate_share"] == pytest.approx(copies / (cfg.mixture.n_train + copies))
     assert m["c_heldout_density_ratio"] == pytest.approx(1.0, abs=1e-3)
@@ -259,8 +320,8 @@ def test_data_unlearning_metrics_are_consistent(smoke_run):
         expected = m[f"c_{stage}_forget_near"] / max(m[f"c_{stage}_heldout_near"], 1 / n)
         assert m[f"c_{stage}_memorisation_ratio"] == pytest.approx(expected)
     assert m["c_fu_retained_kl_over_floor"] == pytest.approx(m["c_fu_retained_kl"] / m["c_retrain_retained_kl"])
-    assert m["c_fu_lambda"] >= 0 and len(result["curves"]["c_lambda_fu"]) == du.dual_updates
-    sets = {row["set"] for row in result["tables"]["data_unlearning"]}
+    assert m["c_fu_lambda"] >= 0 and len(result.curves["c_lambda_fu"]) == du.dual_updates
+    sets = {row["set"] for row in result.tables["data_unlearning"]}
     assert sets == {"forget_points", "heldout_points", "memorised", "data-unlearned FU"}
 
 

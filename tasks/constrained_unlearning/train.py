@@ -1,0 +1,229 @@
+"""Training step of constrained_unlearning: every model of one seed, written to the seed's folder.
+
+Stage B (README, "What is measured"): a small DDPM pretrained on q's samples, unlearned primal-dual once per
+formulation (thresholds b from the closed form on the Stage A grid, :func:`model.closed_form_target`), and the
+weight-based baselines at every swept weight. Stage C: the pretrained model (the *retrain* reference, it never
+saw the duplicates) fine-tuned with duplicated forget points (*memorised*), then unlearned by FU primal-dual.
+File names: model.py. Every run draws from its own seeded generator, so no model depends on the order of the runs,
+and evaluate.py's sampling generators are its own.
+
+The toy runs on the CPU whatever ``device`` says: its 2-D MLP is too small to gain from an accelerator.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from tasks.common.io import save_state_dict, write_json
+from tasks.common.results import Progress, SeedResult, no_progress
+from tasks.constrained_unlearning import baselines, data, diffusion, method
+from tasks.constrained_unlearning.config import ConstrainedUnlearningConfig
+from tasks.constrained_unlearning.hub import refuse_unimplemented
+from tasks.constrained_unlearning.mixture import GaussianMixture
+from tasks.constrained_unlearning.model import (
+    DATA_FU,
+    DATA_UNLEARNED,
+    DUAL_VARIABLES,
+    MEMORISED,
+    PRETRAINED,
+    BaselineJob,
+    DuplicatedSet,
+    baseline_jobs,
+    closed_form_target,
+    duplicated_set,
+    noise_schedule,
+    proxy_radius,
+    unlearned_file,
+)
+
+
+def train(cfg: ConstrainedUnlearningConfig, seed: int, data_dir: Path, model_dir: Path, device: str = "cpu",
+          progress: Progress = no_progress) -> SeedResult:
+    """Pretrain, unlearn (Stage B), baselines, data unlearning (Stage C), as far as the config's sections go;
+    without a ``ddpm`` section nothing is trained (Stage A is exact: evaluate.py)."""
+    refuse_unimplemented(cfg)
+    result = SeedResult(seed)
+    q, forget, _, train_points = data.load_seed_data(cfg, seed, data_dir)
+    if cfg.ddpm is None:
+        return result
+    model_dir = Path(model_dir)
+    schedule = noise_schedule(cfg.ddpm)
+    pool = torch.as_tensor(train_points, dtype=torch.float32)
+    with result.stage("pretrain"):
+        pretrained, losses = pretrain(cfg, seed, pool, schedule, progress)
+        save_state_dict(pretrained, model_dir / PRETRAINED)
+    result.add(curves={"b_pretrain_loss": losses[:: max(1, len(losses) // 500)]})
+    duals: dict[str, float] = {}
+    if cfg.unlearn is not None:
+        with result.stage("unlearn"):
+            duals |= unlearn_each_formulation(cfg, seed, pretrained, pool, q, forget, schedule, model_dir, result,
+                                              progress)
+    if cfg.baselines is not None:
+        with result.stage("baselines"):
+            train_baselines(cfg, seed, pretrained, pool, forget, schedule, model_dir, progress)
+    if cfg.data_unlearn is not None:
+        with result.stage("data_unlearn"):
+            duals[DATA_FU] = data_unlearning(cfg, seed, pretrained, q, train_points, schedule, model_dir, result,
+                                             progress)
+    if duals:
+        write_json(model_dir / DUAL_VARIABLES, duals)
+    return result
+
+
+def clone(model: diffusion.EpsilonMLP) -> diffusion.EpsilonMLP:
+    twin = diffusion.EpsilonMLP(model.net[0].out_features, (len(model.net) - 1) // 2, model.time_dim,
+                                model.timesteps)
+    twin.load_state_dict(model.state_dict())
+    return twin
+
+
+# ------------------------------------------------------------------------------------------------
+# Stage B: DDPM pretraining, primal-dual unlearning, baselines
+# ------------------------------------------------------------------------------------------------
+
+def pretrain(cfg: ConstrainedUnlearningConfig, seed: int, pool: torch.Tensor, schedule: diffusion.NoiseSchedule,
+             progress: Progress) -> tuple[diffusion.EpsilonMLP, list[float]]:
+    """DSM on q's samples, Adam with a cosine-decayed learning rate; the model and its loss curve."""
+    ddpm = cfg.ddpm
+    model = diffusion.build_model(ddpm.hidden, ddpm.layers, ddpm.time_dim, ddpm.timesteps, seed)
+    every = max(1, ddpm.pretrain_steps // 5)
+
+    def loss(gen: torch.Generator) -> torch.Tensor:
+        return diffusion.dsm_loss(model, pool[torch.randint(0, pool.shape[0], (ddpm.batch_size,), generator=gen)],
+                                  schedule, gen)
+
+    def on_step(step: int, value: float) -> None:
+        if (step + 1) % every == 0:
+            progress(0.3 * (step + 1) / ddpm.pretrain_steps,
+                     f"seed {seed}: DDPM pretraining {step + 1}, loss {value:.3f}")
+
+    losses = diffusion.train(model, loss, ddpm.pretrain_steps, ddpm.lr, torch.Generator().manual_seed(seed), on_step,
+                             cosine_decay=True)
+    return model, losses
+
+
+def unlearn_each_formulation(cfg: ConstrainedUnlearningConfig, seed: int, pretrained: diffusion.EpsilonMLP,
+                             pool: torch.Tensor, q: GaussianMixture, forget: GaussianMixture,
+                             schedule: diffusion.NoiseSchedule, model_dir: Path, result: SeedResult,
+                             progress: Progress) -> dict[str, float]:
+    """One primal-dual run per formulation from the pretrained weights (importance-weighted DSM on q's samples,
+    dual step on a sample estimate of the constraint); returns the final lambda of each."""
+    un = cfg.unlearn
+    _, problem = data.grid_problem(q, forget, cfg.grid)
+    pool_np = pool.numpy().astype(np.float64)
+    log_masses = (q.log_density(pool_np), forget.log_density(pool_np))
+    qu_samples = forget.sample(un.dual_samples, np.random.default_rng(2_000 + seed))
+    duals = {}
+    for i, f in enumerate(method.FORMULATIONS):
+        _, _, bound = closed_form_target(f, problem, cfg.grid.target_forget_mass)
+        model = clone(pretrained)
+
+        def constraint(points: np.ndarray, f: str = f) -> float:
+            return method.sample_constraint_value(f, points, forget.log_density, qu_samples, un.knn_k)
+
+        def report(fraction: float, f: str = f, i: int = i) -> None:
+            progress(0.3 + 0.4 * (i + fraction) / 3, f"seed {seed}: primal-dual {f.upper()} {fraction:.0%}")
+
+        run = method.primal_dual_unlearn(
+            f, model, schedule, pool, *log_masses, bound, constraint, dual_updates=un.dual_updates,
+            steps_per_dual=un.steps_per_dual, batch_size=un.batch_size, lr=un.lr, dual_lr=getattr(un.dual_lr, f),
+            dual_samples=un.dual_samples, generator=torch.Generator().manual_seed(10_000 * (seed + 1) + i),
+            progress=report)
+        save_state_dict(model, model_dir / unlearned_file(f))
+        result.add({f"b_{f}_lambda": run.lam, f"b_{f}_final_slack": run.slacks[-1]},
+                   curves={f"b_lambda_{f}": run.lambdas})
+        duals[f] = run.lam
+    return duals
+
+
+def baseline_loss(job: BaselineJob, model: diffusion.EpsilonMLP, cfg: ConstrainedUnlearningConfig,
+                  schedule: diffusion.NoiseSchedule, pool: torch.Tensor, forget: GaussianMixture,
+                  pretrained: diffusion.EpsilonMLP) -> baselines.LossFn:
+    """The loss of one sweep point (baselines.py); retain / forget split at the forget ball (radius 2 sigma)."""
+    batch = cfg.baselines.batch_size
+    inside = np.linalg.norm(pool.numpy() - forget.means[0][None, :], axis=1) < 2 * forget.sigma
+    retain, forget_pool = pool[torch.as_tensor(~inside)], pool[torch.as_tensor(inside)]
+    if job.kind == "loss_mixing":
+        return baselines.loss_mixing_loss(model, schedule, retain, forget_pool, job.value, batch)
+    if job.kind == "esd":
+        return baselines.esd_loss(model, clone(pretrained).eval(), forget, schedule, pool, job.value, batch)
+    reference = [p.detach().clone() for p in pretrained.parameters()]
+    return baselines.weight_regularised_loss(model, reference, schedule, forget_pool, job.value, batch)
+
+
+def train_baselines(cfg: ConstrainedUnlearningConfig, seed: int, pretrained: diffusion.EpsilonMLP,
+                    pool: torch.Tensor, forget: GaussianMixture, schedule: diffusion.NoiseSchedule, model_dir: Path,
+                    progress: Progress) -> None:
+    """Every baseline at every swept weight, fine-tuned from the pretrained weights for the same step count."""
+    bl = cfg.baselines
+    jobs = baseline_jobs(bl)
+    for job in jobs:
+        model = clone(pretrained)
+        loss = baseline_loss(job, model, cfg, schedule, pool, forget, pretrained)
+        diffusion.train(model, loss, bl.steps, bl.lr, torch.Generator().manual_seed(20_000 * (seed + 1) + job.index))
+        save_state_dict(model, model_dir / job.file)
+        progress(0.7 + 0.3 * (job.index + 1) / len(jobs), f"seed {seed}: baseline {job.label}")
+
+
+# ------------------------------------------------------------------------------------------------
+# Stage C: data unlearning with FU
+# ------------------------------------------------------------------------------------------------
+
+def memorise(cfg: ConstrainedUnlearningConfig, seed: int, retrain: diffusion.EpsilonMLP, train_t: torch.Tensor,
+             schedule: diffusion.NoiseSchedule) -> diffusion.EpsilonMLP:
+    """The retrain reference fine-tuned (DSM, cosine-decayed Adam) on the pool plus the duplicated forget points."""
+    du = cfg.data_unlearn
+    model = clone(retrain)
+
+    def memorise_loss(g: torch.Generator) -> torch.Tensor:
+        index = torch.randint(0, train_t.shape[0], (du.batch_size,), generator=g)
+        return diffusion.dsm_loss(model, train_t[index], schedule, g)
+
+    diffusion.train(model, memorise_loss, du.memorise_steps, du.memorise_lr,
+                    torch.Generator().manual_seed(30_000 + seed), cosine_decay=True)
+    return model
+
+
+def smoothed_forget_samples(cfg: ConstrainedUnlearningConfig, seed: int, dup: DuplicatedSet, radius: float
+                            ) -> np.ndarray:
+    """Samples of q_u~: the forget points smoothed by a Gaussian of width ``radius`` (the dual step's target)."""
+    du = cfg.data_unlearn
+    kernel_rng = np.random.default_rng(50_000 + seed)
+    return (dup.forget_points[kernel_rng.integers(0, du.n_points, du.dual_samples)]
+            + radius * kernel_rng.standard_normal((du.dual_samples, 2)))
+
+
+def data_unlearning(cfg: ConstrainedUnlearningConfig, seed: int, retrain: diffusion.EpsilonMLP, q: GaussianMixture,
+                    train_points: np.ndarray, schedule: diffusion.NoiseSchedule, model_dir: Path, result: SeedResult,
+                    progress: Progress) -> float:
+    """Stage C (README, "Stage C"): memorise, then FU primal-dual from the memorised model on the same training set.
+
+    Primal loss DSM_q - lambda DSM_{q_u} (importance weights (q - lambda q_u)_+ / q on the training atoms,
+    :func:`method.empirical_log_masses`); the dual step estimates KL(q_u~ || p) by k-NN from the model's samples.
+    The bound b is that estimate for the retrain reference (forget as far as a model that never saw the
+    duplicates). Returns the final lambda."""
+    du = cfg.data_unlearn
+    dup = duplicated_set(cfg, q, train_points, seed)
+    train_t = torch.as_tensor(dup.points, dtype=torch.float32)
+    model = memorise(cfg, seed, retrain, train_t, schedule)
+    save_state_dict(model, model_dir / MEMORISED)
+    progress(1.0, f"seed {seed}: data unlearning, memorised")
+    qu_samples = smoothed_forget_samples(cfg, seed, dup, proxy_radius(cfg, q))
+    k = cfg.unlearn.knn_k if cfg.unlearn is not None else 5
+
+    def constraint(points: np.ndarray) -> float:
+        return method.knn_kl(qu_samples, points, k)
+
+    bound = constraint(diffusion.sample(retrain, schedule, du.dual_samples, torch.Generator().manual_seed(
+        60_000 + seed)).numpy().astype(np.float64))
+    run = method.primal_dual_unlearn(
+        "fu", model, schedule, train_t, *method.empirical_log_masses(dup.is_forget), bound, constraint,
+        dual_updates=du.dual_updates, steps_per_dual=du.steps_per_dual, batch_size=du.batch_size, lr=du.lr,
+        dual_lr=du.dual_lr, dual_samples=du.dual_samples, generator=torch.Generator().manual_seed(70_000 + seed))
+    save_state_dict(model, model_dir / DATA_UNLEARNED)
+    result.add(c_fu_lambda=run.lam, c_fu_bound=bound, c_fu_final_slack=run.slacks[-1],
+               curves={"c_lambda_fu": run.lambdas})
+    return run.lam
