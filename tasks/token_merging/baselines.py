@@ -1,4 +1,4 @@
-"""Baselines the reconstructed corrections are compared against (brief "CPU profile", methods).
+"""Baselines the reconstructed corrections are compared against (README.md, "Method summary").
 
 * M1 plain average: ToMe's size-weighted merging, attention ignores sizes (no log-size prior).
 * M2 ToMe (Bolya et al., ICLR 2023): size-weighted merging + proportional attention
@@ -18,4 +18,4 @@ MLERP = MergeMethod("M6", "mlerp", "prop")
 
 ALL_METHODS: tuple[MergeMethod, ...] = (PLAIN_AVERAGE, PROPORTIONAL, SQRT_R, VALUE_CORRECTED, PER_CLUSTER_KAPPA,
                                         MLERP)
-"""M1-M6 in the brief's order; M4's value exponent is set per run by energy matching."""
+"""M1-M6 in README.md's order; M4's value exponent is set per run by energy matching."""

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from pydantic import Field, field_validator, model_validator
 
-from tasks.common.params import ProfileConfig
+from tasks.common.params import PaperConfig, ProfileConfig
+
+TITLE = "token_merging: Token merging as statistical reconstruction (reconstructed)"
 
 
 class DigitsDataConfig(ProfileConfig):
@@ -98,7 +100,7 @@ class HubConfig(ProfileConfig):
     dtype: str = Field(default="float32", pattern="^(float32|float64|bfloat16)$")
 
 
-class TokenMergingConfig(ProfileConfig):
+class TokenMergingConfig(PaperConfig):
     """smoke / cpu: ``data`` + ``vit`` + ``train`` (a digits ViT trained per seed); paper: ``hub``."""
 
     data: DigitsDataConfig | None = None
@@ -107,7 +109,6 @@ class TokenMergingConfig(ProfileConfig):
     hub: HubConfig | None = None
     merge: MergeSweepConfig
     isotropic: IsotropicConfig = IsotropicConfig()
-    device: str = Field(default="auto", pattern="^(auto|cpu|cuda|mps)$")
 
     @model_validator(mode="after")
     def _one_model_source(self) -> TokenMergingConfig:

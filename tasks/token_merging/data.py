@@ -1,9 +1,9 @@
-"""Data of the token_merging experiment.
+"""Data step of token_merging.
 
 smoke / cpu: scikit-learn's bundled digits (1,797 8x8 images, no network), a fixed stratified split
 stored as parquet (raw pixels 0..16, label, split); the ViT sees them upsampled to ``image_size``.
-paper: a pretrained DeiT / ViT by hub name (``transformers``) and a per-seed subset of ImageNet-1k
-validation (``datasets``); tests use local stand-ins only.
+paper: a per-seed subset of ImageNet-1k validation (``datasets``), saved with ``save_to_disk``; the
+pretrained checkpoint is loaded at evaluation (``hub.py``). Tests use local stand-ins only.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import torch
 from torch.nn import functional as F
 
 from tasks.common.io import read_json, write_dir_with, write_json, write_parquet
-from tasks.token_merging.config import DigitsDataConfig
+from tasks.token_merging.config import DigitsDataConfig, TokenMergingConfig
 
 DIGITS_FILES = {"train": "digits_train.parquet", "test": "digits_test.parquet"}
 META_FILE = "digits_meta.json"
@@ -65,6 +65,12 @@ def read_digits(cfg: DigitsDataConfig, data_dir: Path) -> dict[str, pl.DataFrame
     return frames
 
 
+def read_digits_tensors(cfg: DigitsDataConfig, data_dir: Path) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
+    """Images and labels of both splits, after ``read_digits`` checked them against the config."""
+    frames = read_digits(cfg, Path(data_dir))
+    return {name: digits_tensors(frame, cfg.image_size) for name, frame in frames.items()}
+
+
 def digits_tensors(frame: pl.DataFrame, image_size: int) -> tuple[torch.Tensor, torch.Tensor]:
     """(B, 1, S, S) images scaled to [-1, 1] and upsampled bilinearly, and (B,) labels."""
     pixels = torch.tensor(np.asarray(frame["pixels"].to_list(), dtype=np.float32)).view(-1, 1, 8, 8)
@@ -90,16 +96,8 @@ def random_shift(images: torch.Tensor, max_shift: int, generator: torch.Generato
 
 
 # ----------------------------------------------------------------------------------------------------
-# Paper profile: pretrained checkpoints and ImageNet-1k validation from the Hugging Face hub
+# Paper profile: ImageNet-1k validation subsets from the Hugging Face hub
 # ----------------------------------------------------------------------------------------------------
-
-
-def load_hub_vit(name_or_path: str, dtype: str = "float32"):
-    """A ``ViTForImageClassification`` (DeiT and ViT checkpoints share the class) and its image processor."""
-    from transformers import AutoImageProcessor, ViTForImageClassification
-
-    model = ViTForImageClassification.from_pretrained(name_or_path, dtype=getattr(torch, dtype))
-    return model.eval(), AutoImageProcessor.from_pretrained(name_or_path)
 
 
 def load_validation_subset(dataset: str, split: str, n_images: int, seed: int):
@@ -122,10 +120,15 @@ def hub_subset_dir(data_dir: Path, seed: int) -> Path:
     return data_dir / f"hub_seed{seed}"
 
 
-def hub_batches(dataset, processor, batch_size: int, dtype: torch.dtype):
-    """Yield (pixel_values, labels) batches preprocessed by the checkpoint's own image processor."""
-    for start in range(0, len(dataset), batch_size):
-        rows = dataset[start:start + batch_size]
-        images = [image.convert("RGB") for image in rows["image"]]
-        pixels = processor(images=images, return_tensors="pt")["pixel_values"].to(dtype)
-        yield pixels, torch.as_tensor(rows["label"])
+# ----------------------------------------------------------------------------------------------------
+# The data step
+# ----------------------------------------------------------------------------------------------------
+
+
+def write_data(cfg: TokenMergingConfig, seeds: tuple[int, ...], data_dir: Path) -> list[Path]:
+    """Digits: one fixed split shared by every seed. Paper: each seed's validation subset."""
+    data_dir = Path(data_dir)
+    if cfg.hub is None:
+        return write_digits(cfg.data, data_dir)
+    return [save_dataset(load_validation_subset(cfg.hub.dataset, cfg.hub.split, cfg.hub.n_images, seed),
+                         hub_subset_dir(data_dir, seed)) for seed in seeds]

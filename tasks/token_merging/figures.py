@@ -1,24 +1,25 @@
-"""Figures of token_merging, built from the per-seed result dicts only (no recompute), and their CSV
+"""Figures of token_merging, built from the per-seed results only (no recompute), and their CSV
 sources for ``dvc plots``: accuracy vs r per method, the radial / angular cls error vs r, the residual
 RMS drift per block, and the isotropic logit-scale study."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import polars as pl
 
 from tasks.common.figures import new_figure, save_figure, write_plot_csv
+from tasks.common.results import SeedResult
+from tasks.token_merging.config import TokenMergingConfig
 
 METHOD_LABELS = {"M1": "M1 plain average", "M2": "M2 ToMe prop. attn", "M3": "M3 + √r logit shrink",
                  "M4": "M4 = M3 + value scale", "M5": "M5 per-cluster κ", "M6": "M6 MLERP (ToFu)"}
 
 
-def _rows(results: Sequence[Mapping[str, Any]], table: str) -> pl.DataFrame:
-    return pl.DataFrame([row | {"seed": r["seed"]} for r in results for row in r["tables"][table]])
+def _rows(results: Sequence[SeedResult], table: str) -> pl.DataFrame:
+    return pl.DataFrame([row | {"seed": r.seed} for r in results for row in r.tables[table]])
 
 
 def _summary(frame: pl.DataFrame, keys: list[str], values: list[str]) -> pl.DataFrame:
@@ -106,8 +107,9 @@ def isotropic_scale(iso: pl.DataFrame, path: Path) -> Path:
     return save_figure(fig, path)
 
 
-def make_figures(config: Any, results: list[dict], figures_dir: Path, plots_dir: Path) -> list[Path]:
-    """PNGs in ``figures_dir`` and their CSV sources in ``plots_dir``, from the results dicts only."""
+def make_figures(config: TokenMergingConfig, results: list[SeedResult], figures_dir: Path, plots_dir: Path
+                 ) -> list[Path]:
+    """PNGs in ``figures_dir`` and their CSV sources in ``plots_dir``, from the results only."""
     if not results:
         raise ValueError("make_figures: no results")
     figures_dir, plots_dir = Path(figures_dir), Path(plots_dir)

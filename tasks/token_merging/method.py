@@ -2,27 +2,27 @@
 
 Pure library (torch + numpy/scipy); no pipeline or tracking imports. The paper's text was not
 available: every rule here is reconstructed from its abstract and from the prior work it names
-(brief ``token_merging.md``, section "Method"). Notation: ``N`` tokens of width ``d`` per image, cls
+(README.md, "Method summary" and "What is reconstructed"). Notation: ``N`` tokens of width ``d`` per image, cls
 token at index 0 (never merged), ``s_c`` the number of original patch tokens a token stands for,
 ``r = n_l / n_0`` the retention of patch tokens at layer ``l``.
 
 Implemented
 -----------
-* Radial-angular decomposition (exact identity, brief "Method" item 1):
+* Radial-angular decomposition (exact identity):
   ``||y - y_hat||^2 = (||y|| - ||y_hat||)^2 + 2 ||y|| ||y_hat|| (1 - cos(y, y_hat))``.
 * ToMe bipartite soft matching with size tracking (Bolya et al. 2023): alternate tokens into sets A
   and B, each A token's most similar B token (cosine of the keys), merge the top-k edges, cls protected;
   size-weighted means ``x_c = (s_a x_a + s_b x_b) / (s_a + s_b)``.
-* Per-cluster energy ratio (brief "Energy drift"): ``kappa_c^2 = ||x_bar_c||^2 / mean_j ||x_j||^2``,
+* Per-cluster energy ratio (the energy drift of averaging): ``kappa_c^2 = ||x_bar_c||^2 / mean_j ||x_j||^2``,
   tracked through nested merges from member energies combined size-weighted [project choice].
-* Corrected attention (brief "Logit correction", "Per-cluster variant", "Value correction"):
+* Corrected attention (logit correction, its per-cluster variant, value correction):
   logits ``l_c = a_c * q.k_c / sqrt(d) + log s_c`` with ``a_c`` = 1 (proportional attention, ToMe),
   ``sqrt(r)`` (M3), ``kappa_c`` (M5); merged values scaled by ``r^(e/2)`` (M4).
 * MLERP merging (ToFu, Kim et al. 2023; prior-art baseline): the size-weighted mean's direction with
   the size-weighted mean of the member norms, so averaging does not shrink the norm.
 * A pre-LN ViT whose forward pass merges tokens training-free (``MergeViT``), loadable from a Hugging
   Face ``ViTForImageClassification`` (the paper profile's DeiT / ViT checkpoints).
-* The isotropic Gaussian study of the logit-shrink rule (brief acceptance check (a)5).
+* The isotropic Gaussian study of the logit-shrink rule (acceptance check (a)5, claims C4a-b).
 """
 
 from __future__ import annotations
@@ -70,7 +70,7 @@ def radial_angular_decomposition(y: torch.Tensor, y_hat: torch.Tensor) -> tuple[
 
 
 def kappa_of_members(members: torch.Tensor) -> torch.Tensor:
-    """kappa = ||mean_j x_j|| / sqrt(mean_j ||x_j||^2) for members along dim -2 (brief "Energy drift")."""
+    """kappa = ||mean_j x_j|| / sqrt(mean_j ||x_j||^2) for members along dim -2 (energy drift)."""
     mean = members.mean(dim=-2)
     return mean.norm(dim=-1) / members.pow(2).sum(-1).mean(-1).sqrt()
 

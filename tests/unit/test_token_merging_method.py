@@ -1,4 +1,4 @@
-"""Deterministic checks of the token-merging library (brief token_merging.md, acceptance section (a)).
+"""Deterministic checks of the token-merging library (acceptance checks (a) of the reconstruction, claims.yaml).
 
 Every key check has a negative control: a deliberately broken variant that must fail the same check.
 """
