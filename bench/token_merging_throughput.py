@@ -44,20 +44,20 @@ def main() -> None:
     import torch
 
     from tasks.common.params import params_section
-    from tasks.token_merging import baselines, experiment, method
+    from tasks.token_merging import baselines, method, model
     from tasks.token_merging.config import CONFIG
 
     torch.set_num_threads(args.threads)
     section = params_section("token_merging", REPO / "params.yaml")
     cfg = CONFIG.model_validate(section[args.profile])
-    model = experiment.build_vit(cfg.vit, cfg.data, seed=0).eval()
+    vit = model.build_vit(cfg.vit, cfg.data, seed=0).eval()
     images = torch.randn(args.batch, 1, cfg.data.image_size, cfg.data.image_size,
                          generator=torch.Generator().manual_seed(0))
     rows = []
     for r in cfg.merge.retentions:
-        schedule = method.merge_schedule(model.shape.n_patches, model.shape.depth, r)
+        schedule = method.merge_schedule(vit.shape.n_patches, vit.shape.depth, r)
         for merge in (baselines.PROPORTIONAL, method.SQRT_R, method.PER_CLUSTER_KAPPA, baselines.MLERP):
-            rate = images_per_second(model, images, merge, schedule, args.repeats)
+            rate = images_per_second(vit, images, merge, schedule, args.repeats)
             rows.append({"retention": r, "method": merge.name, "images_per_s": round(rate, 1)})
             print(f"r={r:<5g} {merge.name}: {rate:8.1f} images/s", flush=True)
     base = next(row["images_per_s"] for row in rows if row["retention"] == 1.0 and row["method"] == "M2")
