@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from pydantic import Field, model_validator
 
-from tasks.common.params import ProfileConfig
+from tasks.common.params import PaperConfig, ProfileConfig
+
+TITLE = "multi_model_curation: When and How Human Curation Backfires (multi-model self-consuming loop)"
 
 COUPLED_CONFIGS = ("dampen", "cross_invert", "self_invert")
 
@@ -16,7 +18,7 @@ def _strictly_increasing(values: list[float]) -> bool:
 class AnalyticConfig(ProfileConfig):
     """The K -> infinity recursion: reference fixed points, convergence, influence heat map."""
 
-    rounds: int = Field(ge=10, description="iterations of F for a fixed point (the brief: 2000)")
+    rounds: int = Field(ge=10, description="iterations of F for a fixed point (the reference values: 2000)")
     divergent_rounds: int = Field(ge=10, description="rounds of the divergent config before it is judged")
     jacobian_step: float = Field(gt=0, le=1e-2)
     influence_step: float = Field(gt=0, le=0.5)
@@ -44,8 +46,8 @@ class SampledConfig(ProfileConfig):
     real_pool: int = Field(ge=100, description="size of the finite real data set (data phase)")
     rounds: int = Field(ge=2)
     burn_in: int = Field(ge=0, description="rounds dropped before averaging A_i(t) into a fixed point")
-    k_small: int = Field(ge=2, description="the brief's K = 16")
-    k_large: int = Field(ge=2, description="the brief's K = 64 (C1 agreement with K -> infinity)")
+    k_small: int = Field(ge=2, description="the small K of the sampled loops (cpu: 16)")
+    k_large: int = Field(ge=2, description="the large K (cpu: 64; claim C1e, agreement with K -> infinity)")
     isolated_betas: list[float] = Field(min_length=2, description="C2 beta grid, sampled at k_large")
     divergent_replicates: int = Field(ge=1, description="C1d: independent sampled loops of the divergent config "
                                                         "per seed (the trials of its binomial count)")
@@ -126,12 +128,11 @@ class HubConfig(ProfileConfig):
         return self
 
 
-class MultiModelCurationConfig(ProfileConfig):
+class MultiModelCurationConfig(PaperConfig):
     analytic: AnalyticConfig
     sampled: SampledConfig | None = None
     neural: NeuralConfig | None = None
     hub: HubConfig | None = None
-    device: str = Field(default="auto", pattern="^(auto|cpu|cuda|mps)$")
 
 
 CONFIG = MultiModelCurationConfig

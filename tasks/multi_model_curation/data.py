@@ -3,19 +3,20 @@
 smoke / cpu: the finite *real* data sets of the self-consuming loops, procedural and per seed:
 1-D draws of N(mu_0, sigma_0^2) (mu_0 = 0, sigma_0 = 1) and the conditional linear-Gaussian task
 (x ~ N(0, I_dim), y | x ~ N(theta_0^T x, sigma_0^2), theta_0 = 0). Every round subsamples them.
-paper: prompts and human responses from a Hugging Face data set, generators and reward models by
-hub name (tests use local stand-ins only).
+paper: prompts and human responses, generators and reward models come from the hub inside the
+training step (``hub.py``; tests use local stand-ins only).
 """
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import polars as pl
 
+from tasks.common.io import write_parquet
 from tasks.multi_model_curation import method
+from tasks.multi_model_curation.config import MultiModelCurationConfig
 
 REAL_MEAN = 0.0
 REAL_VAR = 1.0
@@ -69,54 +70,27 @@ def read_conditional(path: Path, expected_rows: int, dim: int, key: str) -> meth
     return method.RealData(frame.select(expected[:-1]).to_numpy(), frame["y"].to_numpy())
 
 
-# ------------------------------------------------------------------------------------------------
-# Paper profile: Hugging Face loaders (exercised in tests with local stand-ins only)
-# ------------------------------------------------------------------------------------------------
-
-def response_text(value: Any) -> str:
-    """A human response: plain text, or the last assistant turn of a chat (ultrafeedback's 'chosen')."""
-    if isinstance(value, str):
-        return value
-    if isinstance(value, list) and value and isinstance(value[-1], dict):
-        assistant = [turn["content"] for turn in value if turn.get("role") == "assistant"]
-        return assistant[-1] if assistant else str(value[-1].get("content", ""))
-    raise ValueError(f"response_column: cannot read a response from {type(value).__name__}")
+def read_real_1d(config: MultiModelCurationConfig, seed: int, data_dir: Path) -> method.RealData:
+    """The sampled loops' real data set (evaluation step), checked against ``sampled.real_pool``."""
+    return read_unconditional(unconditional_path(Path(data_dir), seed), config.sampled.real_pool, "sampled.real_pool")
 
 
-def load_prompt_pairs(dataset: str, split: str, prompt_column: str, response_column: str, n: int
-                      ) -> list[tuple[str, str]]:
-    """The first ``n`` (prompt, human response) pairs of a hub data set (or a local data folder)."""
-    from datasets import load_dataset
-
-    rows = load_dataset(dataset, split=split)
-    for column in (prompt_column, response_column):
-        if column not in rows.column_names:
-            raise KeyError(f"hub.{'prompt' if column == prompt_column else 'response'}_column: {column!r} not in "
-                           f"{dataset} columns {rows.column_names}")
-    if len(rows) < n:
-        raise ValueError(f"hub.n_prompts: {dataset}[{split}] has {len(rows)} rows, fewer than {n}")
-    rows = rows.select(range(n))
-    return [(str(p), response_text(r)) for p, r in zip(rows[prompt_column], rows[response_column])]
+def read_real_conditional(config: MultiModelCurationConfig, seed: int, data_dir: Path) -> method.RealData:
+    """The neural loop's real data set (training step), checked against ``neural.real_pool`` and ``neural.dim``."""
+    return read_conditional(conditional_path(Path(data_dir), seed), config.neural.real_pool, config.neural.dim,
+                            "neural.real_pool/neural.dim")
 
 
-def load_generator(name_or_path: str, dtype: str):
-    """A causal LM and its tokenizer (left padding, so batched generation continues the prompt)."""
-    import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    tokenizer = AutoTokenizer.from_pretrained(name_or_path, padding_side="left")
-    if tokenizer.pad_token is None:
-        tokenizer.pad_token = tokenizer.eos_token if tokenizer.eos_token is not None else tokenizer.unk_token
-    model = AutoModelForCausalLM.from_pretrained(name_or_path, dtype=getattr(torch, dtype))
-    return model, tokenizer
-
-
-def load_reward_model(name_or_path: str):
-    """A sequence-classification reward model (one logit) and its tokenizer."""
-    from transformers import AutoModelForSequenceClassification, AutoTokenizer
-
-    tokenizer = AutoTokenizer.from_pretrained(name_or_path)
-    if tokenizer.pad_token is None:
-        tokenizer.pad_token = tokenizer.eos_token if tokenizer.eos_token is not None else tokenizer.unk_token
-    model = AutoModelForSequenceClassification.from_pretrained(name_or_path)
-    return model.eval(), tokenizer
+def write_data(config: MultiModelCurationConfig, seeds: tuple[int, ...], data_dir: Path) -> list[Path]:
+    """Data phase: the finite real data sets per seed (parquet). The paper profile's prompts and
+    human responses are read from the hub inside the training step (``hub.py``), as are its models."""
+    data_dir = Path(data_dir)
+    written = []
+    for seed in seeds:
+        if config.sampled is not None:
+            written.append(write_parquet(unconditional_frame(config.sampled.real_pool, seed),
+                                         unconditional_path(data_dir, seed)))
+        if config.neural is not None:
+            written.append(write_parquet(conditional_frame(config.neural.real_pool, config.neural.dim, seed),
+                                         conditional_path(data_dir, seed)))
+    return written

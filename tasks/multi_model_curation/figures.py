@@ -1,32 +1,47 @@
-"""Figures of multi_model_curation, built from run_seed results only (no recomputation):
+"""Figures of multi_model_curation, built from the per-seed results only (no recomputation):
 alignment trajectories per config, the influence heat map over (coupling, beta_1), and the sign
-table (analytic vs sampled). CSV plot sources go to plots_dir for ``dvc plots``."""
+table (analytic vs sampled chords, from the claim metrics). CSV plot sources go to plots_dir for
+``dvc plots``."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from tasks.common.figures import new_figure, save_figure, write_plot_csv
+from tasks.common.results import SeedResult
 
 COUPLED = ("dampen", "cross_invert", "self_invert")
-Results = Sequence[Mapping[str, Any]]
+Results = Sequence[SeedResult]
+
+
+def sign_rows(result: SeedResult) -> list[dict]:
+    """One row per (config, model, K): the sampled chord of this seed, the K -> infinity chord and whether
+    their signs agree (the per-seed claim metrics ``<config>_dA<i>_<ksmall|klarge>``)."""
+    rows = []
+    for row in result.tables["sampled_fixed_points"]:
+        sampled = result.metrics[f"{row['config']}_dA{row['model']}_{row['label']}"]
+        analytic = result.metrics[f"analytic_{row['config']}_dA{row['model']}"]
+        rows.append({"config": row["config"], "model": row["model"], "K": row["K"], "beta1_low": row["beta1_low"],
+                     "beta1_high": row["beta1_high"], "sampled_chord": sampled, "analytic_chord": analytic,
+                     "sign_match": float(np.sign(sampled) == np.sign(analytic))})
+    return rows
 
 
 def alignment_trajectories(results: Results, path: Path) -> Path | None:
     """A_i(t) of the sampled loops at K = k_large (every seed, thin) with the K -> infinity fixed point."""
     first = results[0]
-    if f"sampled_{COUPLED[0]}_A1" not in first["curves"]:
+    if f"sampled_{COUPLED[0]}_A1" not in first.curves:
         return None
     fig, axes = new_figure(ncols=3)
     for ax, name in zip(axes[0], COUPLED):
         for i, color in ((0, "C0"), (1, "C1")):
             for r in results:
-                ax.plot(r["curves"][f"sampled_{name}_A{i + 1}"], color=color, alpha=0.5, lw=0.9)
-            ax.axhline(first["metrics"][f"analytic_{name}_A{i + 1}"], color=color, ls="--", lw=1.0,
+                ax.plot(r.curves[f"sampled_{name}_A{i + 1}"], color=color, alpha=0.5, lw=0.9)
+            ax.axhline(first.metrics[f"analytic_{name}_A{i + 1}"], color=color, ls="--", lw=1.0,
                        label=f"model {i + 1} (dashed: K→∞)")
         ax.set_title(name.replace("_", "-"))
         ax.set_xlabel("round t")
@@ -37,7 +52,7 @@ def alignment_trajectories(results: Results, path: Path) -> Path | None:
 
 def influence_heatmap(results: Results, path: Path) -> Path:
     """I_21 (cross), I_11 (self) and the net effect on A_1 + A_2 over (coupling, beta_1); analytic."""
-    rows = results[0]["tables"]["influence_heatmap"]
+    rows = results[0].tables["influence_heatmap"]
     couplings = sorted({r["coupling"] for r in rows})
     betas = sorted({r["beta1"] for r in rows})
     fig, axes = new_figure(ncols=3, width=15.5, height=3.6)
@@ -61,14 +76,14 @@ def influence_heatmap(results: Results, path: Path) -> Path:
 
 def sign_table(results: Results, path: Path) -> Path | None:
     """Sampled chords ΔA_i/Δβ_1 per seed against the K -> infinity chord, per config, model and K."""
-    if "sign_table" not in results[0]["tables"]:
+    if "sampled_fixed_points" not in results[0].tables:
         return None
     fig, axes = new_figure(width=7.0, height=3.6)
     ax = axes[0, 0]
-    keys = [(r["config"], r["model"], r["K"]) for r in results[0]["tables"]["sign_table"]]
+    tables = [sign_rows(r) for r in results]
+    keys = [(r["config"], r["model"], r["K"]) for r in tables[0]]
     for x, key in enumerate(keys):
-        rows = [row for r in results for row in r["tables"]["sign_table"] if (row["config"], row["model"], row["K"])
-                == key]
+        rows = [row for table in tables for row in table if (row["config"], row["model"], row["K"]) == key]
         ax.scatter([x] * len(rows), [row["sampled_chord"] for row in rows], color="C0", s=12,
                    label="sampled (per seed)" if x == 0 else None)
         ax.scatter([x], [rows[0]["analytic_chord"]], color="C1", marker="_", s=200,
@@ -88,14 +103,13 @@ def make_figures(config: Any, results: Results, figures_dir: Path, plots_dir: Pa
     made = [alignment_trajectories(results, figures_dir / "alignment_trajectories.png"),
             influence_heatmap(results, figures_dir / "influence_heatmap.png"),
             sign_table(results, figures_dir / "sign_table.png")]
-    write_plot_csv([dict(row) for row in results[0]["tables"]["influence_heatmap"]],
+    write_plot_csv([dict(row) for row in results[0].tables["influence_heatmap"]],
                    plots_dir / "influence_heatmap.csv")
-    if "sign_table" in results[0]["tables"]:
-        write_plot_csv([row | {"seed": r["seed"]} for r in results for row in r["tables"]["sign_table"]],
-                   plots_dir / "sign_table.csv")
-        trajectory_rows = [{"seed": r["seed"], "config": name, "round": t, "A1": a1, "A2": a2}
+    if "sampled_fixed_points" in results[0].tables:
+        write_plot_csv([row | {"seed": r.seed} for r in results for row in sign_rows(r)], plots_dir / "sign_table.csv")
+        trajectory_rows = [{"seed": r.seed, "config": name, "round": t, "A1": a1, "A2": a2}
                            for r in results for name in COUPLED
-                           for t, (a1, a2) in enumerate(zip(r["curves"][f"sampled_{name}_A1"],
-                                                            r["curves"][f"sampled_{name}_A2"]))]
+                           for t, (a1, a2) in enumerate(zip(r.curves[f"sampled_{name}_A1"],
+                                                            r.curves[f"sampled_{name}_A2"]))]
         write_plot_csv(trajectory_rows, plots_dir / "alignment_trajectories.csv")
     return [p for p in made if p is not None]

@@ -1,10 +1,10 @@
 """Interacting self-consuming generators with Bradley-Terry human curation (pure library).
 
-Everything here is the project's **reconstruction** (brief ``multi_model_curation.md``, section
-"Method") of the model family behind Wei, Zhang & Zhang, "When and How Human Curation Backfires"
+Everything here is the project's **reconstruction** (README, "Fidelity checklist" and "Method") of
+the model family behind Wei, Zhang & Zhang, "When and How Human Curation Backfires"
 (ICML 2026), built on Ferbach et al. (NeurIPS 2024). No official code exists.
 
-Model family (brief, "Method"):
+Model family (README, "Method"):
 
 - N generators; generator i is the conditional Gaussian ``y | x ~ N(theta_i^T phi(x), v_i)`` with
   features normalised so that ``E[phi phi^T] = I``. The unconditional 1-D case is ``phi(x) = 1``
@@ -36,7 +36,7 @@ ROW_SUM_TOL = 1e-9
 
 @dataclass(frozen=True)
 class LoopSpec:
-    """One configuration of the multi-model loop (brief, "Round update").
+    """One configuration of the multi-model loop (README, "Method": round update).
 
     ``mixing[i, j]`` is the share of model i's training data that is model j's curated output;
     ``real_share[i]`` (lambda_i) the share of real data; each row of ``mixing`` sums to
@@ -122,9 +122,10 @@ def symmetric_coupling(real_share: float, coupling: float) -> np.ndarray:
 
 
 def canonical_specs() -> dict[str, LoopSpec]:
-    """The brief's canonical configurations ("CPU profile", analytic reference values).
+    """The project's canonical configurations (README, "What is measured"; their analytic reference values
+    are checked in tests/unit/test_multi_model_curation_method.py).
 
-    ``cross_invert`` uses the ``dampen`` W and lambda (the brief marks this as assumed). The beta
+    ``cross_invert`` uses the ``dampen`` W and lambda (an assumption of the reconstruction). The beta
     stored here is the high-curation end; the experiments vary beta_1.
     """
     coupled = np.array([[0.1, 0.7], [0.7, 0.1]])
@@ -148,7 +149,7 @@ def canonical_specs() -> dict[str, LoopSpec]:
 
 def gaussian_tilt(theta: np.ndarray, v: np.ndarray, beta: np.ndarray, targets: np.ndarray
                   ) -> tuple[np.ndarray, np.ndarray]:
-    """Tilt of N(theta^T phi, v) by exp(beta r), r = -(y - a^T phi)^2 / 2 (brief, "Closed form").
+    """Tilt of N(theta^T phi, v) by exp(beta r), r = -(y - a^T phi)^2 / 2 (README, "Method": K -> inf tilt).
 
     Per input the product of two Gaussians in y: ``v_bar = 1 / (1/v + beta)`` and
     ``theta_bar = v_bar (theta / v + beta a)``. Returns (theta_bar (N, d), v_bar (N,)).
@@ -181,7 +182,7 @@ def analytic_step(spec: LoopSpec, theta: np.ndarray, v: np.ndarray) -> tuple[np.
 
 
 def alignment(theta: np.ndarray, v: np.ndarray, targets: np.ndarray) -> np.ndarray:
-    """A_i = E_{p_i}[r_i] = -(|theta_i - a_i|^2 + v_i) / 2 (brief, "Alignment"; E[phi phi^T] = I)."""
+    """A_i = E_{p_i}[r_i] = -(|theta_i - a_i|^2 + v_i) / 2 (README, "Method"; E[phi phi^T] = I)."""
     return -(np.sum((theta - targets) ** 2, axis=-1) + v) / 2.0
 
 
@@ -238,7 +239,7 @@ def spectral_radius(matrix: np.ndarray) -> float:
 
 @dataclass(frozen=True)
 class FixedPoint:
-    """Result of iterating F (brief, "Stable point")."""
+    """Result of iterating F (README, "Method": stable point)."""
 
     theta: np.ndarray
     v: np.ndarray
@@ -279,7 +280,7 @@ def fixed_point(spec: LoopSpec, max_rounds: int = 2000, tol: float = 0.0, jacobi
 
 def influence_matrix(spec: LoopSpec, step: float = 1e-3, max_rounds: int = 2000, tol: float = 1e-13
                      ) -> np.ndarray:
-    """I_ij = dA_i* / dbeta_j by central differences of the fixed point (brief, "Influence matrix").
+    """I_ij = dA_i* / dbeta_j by central differences of the fixed point (README, "Method": influence).
 
     Diagonal: self-influence; off-diagonal: cross-influence. A one-sided step is used where
     beta_j - step would be negative.
@@ -442,7 +443,7 @@ def curated_moments(mean: float, var: float, beta: float, target: float, n_candi
 
 
 # ------------------------------------------------------------------------------------------------
-# Neural refit (brief, "Models": optional neural variant) on the conditional task
+# Neural refit (README, "Method": neural variant) on the conditional task
 # ------------------------------------------------------------------------------------------------
 
 class NeuralGaussian:

@@ -1,5 +1,5 @@
-"""Deterministic checks of the multi-model curation library (brief multi_model_curation.md,
-acceptance section (a)), each with a negative control that must fail the same check."""
+"""Deterministic checks of the multi-model curation library (the acceptance checks (a) and (b) that
+claims.yaml's sources name), each with a negative control that must fail the same check."""
 
 from __future__ import annotations
 
@@ -8,12 +8,32 @@ import pytest
 from scipy import optimize
 
 from tasks.common.params import params_section
-from tasks.multi_model_curation import baselines, experiment, method
+from tasks.multi_model_curation import baselines, claim_metrics, evaluate, method
 from tasks.multi_model_curation.config import CONFIG
 
 SPECS = method.canonical_specs()
 ANALYTIC = CONFIG.model_validate(params_section("multi_model_curation")["cpu"]).analytic
-# Brief, "Canonical configs (analytic reference values, 2,000 rounds)".
+
+
+def convergence_metrics(analytic) -> dict[str, float]:
+    """C1a-c as the flow derives them: the evaluation's fixed points, then the claim metrics."""
+    metrics, _, rows = evaluate.analytic_fixed_points(analytic)
+    return metrics | claim_metrics.convergence_claims(rows)
+
+
+def isolated_metrics(analytic) -> tuple[dict[str, float], dict[str, list[float]], list[dict]]:
+    """C2a-b as the flow derives them: the evaluation's isolated beta grid, then the claim metrics."""
+    curves, rows = evaluate.isolated_beta_grid(analytic)
+    return claim_metrics.isolated_claims(rows), curves, rows
+
+
+def influence_heatmap(analytic) -> tuple[dict[str, float], list[dict]]:
+    """C5a-c as the flow derives them: the evaluation's heat map, then the claim metrics."""
+    rows = evaluate.influence_heatmap(analytic)
+    return claim_metrics.influence_claims(rows, analytic), rows
+
+
+# The canonical configs' analytic reference values (2,000 rounds; README, "What is measured").
 REFERENCE = {
     ("isolated", 5.0): [-0.568],
     ("dampen", 5.0): [-0.948, -0.627],
@@ -31,7 +51,7 @@ SELF_INVERT_ISOLATED_RADIUS = 0.0953
 
 
 # ------------------------------------------------------------------------------------------------
-# Independent closed form of the isolated 1-D map (brief, "Closed form"), written out here so the
+# Independent closed form of the isolated 1-D map (README, "Method": K -> inf tilt), written out here so the
 # reference claims are checked against algebra that does not call the library.
 # ------------------------------------------------------------------------------------------------
 
@@ -102,7 +122,7 @@ def test_reference_spectral_radius(name, radius):
 def test_convergent_radii_reference_values(monkeypatch):
     """Claim C1a (reference): the Jacobian spectral radius at the five convergent canonical configs.
     The isolated configs' radii equal the radius of the hand-differentiated closed-form Jacobian at
-    the closed-form fixed point; the coupled ones the brief's values; the experiment's maximum is
+    the closed-form fixed point; the coupled ones the reference values; the experiment's maximum is
     dampen's 0.404 < 1. Negative control: the library refit without the real-data term makes the
     isolated loop a pure self-consuming loop, whose radius goes to 1 (no contraction)."""
     for name, (lam, beta, mu), radius in (("isolated", (0.2, 5.0, 2.0), REFERENCE_RADIUS["isolated"]),
@@ -111,7 +131,7 @@ def test_convergent_radii_reference_values(monkeypatch):
         exact = method.spectral_radius(isolated_jacobian(m, v, lam, beta, mu))
         assert exact == pytest.approx(radius, abs=1e-3)
         assert method.fixed_point(SPECS[name], max_rounds=2000).radius == pytest.approx(exact, abs=1e-7)
-    metrics, _ = experiment.convergence_metrics(ANALYTIC)
+    metrics = convergence_metrics(ANALYTIC)
     for name, radius in REFERENCE_RADIUS.items():
         assert metrics[f"radius_{name}"] == pytest.approx(radius, abs=1e-3)
     assert metrics["c1_max_radius_convergent"] == pytest.approx(0.4043, abs=1e-4)
@@ -218,7 +238,7 @@ def test_tilt_exact_values():
 def isolated_a_star_increasing(analytic) -> bool:
     """Check (b)1 through the experiment: A* strictly increasing on the isolated beta grid."""
     with np.errstate(all="ignore"):
-        metrics, _, rows = experiment.isolated_metrics(analytic)
+        metrics, _, rows = isolated_metrics(analytic)
     values = [r["analytic_A"] for r in rows]
     return bool(metrics["c2_isolated_min_increment_analytic"] > 0 and all(np.diff(values) > 0))
 
@@ -232,14 +252,14 @@ def test_isolated_fixed_points_solve_the_closed_form():
     equals A = -((m - mu)^2 + v)/2 at the root of the closed-form fixed-point equations (solved here
     without the library); the smallest increment is 0.0318 (beta 5 -> 10). The negative control (the
     wrong tilt sign breaks the increase) is test_wrong_tilt_sign_breaks_the_isolated_monotonicity_check."""
-    metrics, _, rows = experiment.isolated_metrics(ANALYTIC)
+    metrics, _, rows = isolated_metrics(ANALYTIC)
     exact = []
     for row in rows:
         m, v = isolated_fixed_point(0.2, row["beta"], 2.0)
         exact.append(-((m - 2.0) ** 2 + v) / 2)
         assert row["analytic_A"] == pytest.approx(exact[-1], abs=1e-9), row
     assert exact[0] == pytest.approx(-2.5, abs=1e-12)  # beta = 0: the real data N(0, 1)
-    assert dict(zip(ANALYTIC.isolated_betas, exact))[5.0] == pytest.approx(-0.568, abs=1e-3)  # the brief's value
+    assert dict(zip(ANALYTIC.isolated_betas, exact))[5.0] == pytest.approx(-0.568, abs=1e-3)  # the reference value
     assert metrics["c2_isolated_min_increment_analytic"] == pytest.approx(min(np.diff(exact)), abs=1e-9)
     assert metrics["c2_isolated_min_increment_analytic"] == pytest.approx(0.031768, abs=1e-6)
 
@@ -249,7 +269,7 @@ def test_isolated_alignment_rises_monotonically_from_round_zero(monkeypatch):
     for every curating beta of the cpu grid; the first step is the closed-form one (it is the smallest
     at beta = 0.5: +1.0222), so the check covers the transient, not only the converged tail. Negative
     control: the wrong tilt sign in the library drives A(t) down (or to NaN) and fails the check."""
-    metrics, curves, _ = experiment.isolated_metrics(ANALYTIC)
+    metrics, curves, _ = isolated_metrics(ANALYTIC)
     assert metrics["c2_isolated_min_step_from_round0"] >= -1e-12
     first = []
     for beta in (b for b in ANALYTIC.isolated_betas if b > 0):
@@ -260,12 +280,12 @@ def test_isolated_alignment_rises_monotonically_from_round_zero(monkeypatch):
     assert curves["analytic_isolated_A"][0] == -2.5
     monkeypatch.setattr(method, "gaussian_tilt", wrong_sign_tilt)
     with np.errstate(all="ignore"):
-        broken, _, _ = experiment.isolated_metrics(ANALYTIC)
+        broken, _, _ = isolated_metrics(ANALYTIC)
     assert not broken["c2_isolated_min_step_from_round0"] >= -1e-12
 
 
 def test_wrong_tilt_sign_breaks_the_isolated_monotonicity_check(monkeypatch):
-    """Negative control of (a)3 as the brief states it: the wrong tilt sign in the library makes
+    """Negative control of (a)3: the wrong tilt sign in the library makes
     A*(beta) non-increasing on the isolated beta grid (check (b)1 fails)."""
     monkeypatch.setattr(method, "gaussian_tilt", wrong_sign_tilt)
     assert not isolated_a_star_increasing(ANALYTIC)
@@ -321,7 +341,7 @@ def test_divergent_config_is_flagged_and_collapses():
     fixed = method.fixed_point(SPECS["divergent"], max_rounds=200)
     assert fixed.diverged
     assert fixed.variance_trend < 0 and np.all(fixed.v < 1e-2)
-    # v_t = 1 / (1/v_0 + beta t): the collapse of the brief ("v ~ 1e-3 after 200 rounds")
+    # v_t = 1 / (1/v_0 + beta t): the collapse of the divergent config (v ~ 1e-3 after 200 rounds)
     np.testing.assert_allclose(fixed.v, 1 / (1 + 5 * 200), rtol=1e-9)
     assert fixed.radius > 0.99
 
@@ -352,9 +372,9 @@ def test_jacobian_matches_the_analytic_derivative_of_the_isolated_map():
 def test_finite_k_curation_approaches_the_tilt():
     rng = np.random.default_rng(0)
     moments = {k: method.curated_moments(0.0, 1.0, 5.0, 2.0, k, 200_000, rng) for k in (4, 16, 64, 256)}
-    brief = {4: 0.99, 16: 1.51, 64: 1.64, 256: 1.66}
+    expected = {4: 0.99, 16: 1.51, 64: 1.64, 256: 1.66}
     for k, (mean, _) in moments.items():
-        assert abs(mean - brief[k]) < 0.02, (k, mean)
+        assert abs(mean - expected[k]) < 0.02, (k, mean)
     mean64, var64 = moments[64]
     assert abs(mean64 - 5 / 3) < 0.05 and abs(var64 - 1 / 6) < 0.02
     gaps = [abs(moments[k][0] - 5 / 3) for k in (4, 16, 64, 256)]
@@ -437,10 +457,10 @@ def test_training_mixture_shares():
 def heatmaps():
     """The cpu influence heat map (opposite targets, as in the experiment) and the same map with a
     shared target for both models (the negative control of C5b-c)."""
-    opposite = experiment.influence_heatmap(ANALYTIC)
+    opposite = influence_heatmap(ANALYTIC)
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(experiment, "HEATMAP_TARGETS", np.array([[1.0], [1.0]]))
-        shared = experiment.influence_heatmap(ANALYTIC)
+        patch.setattr(evaluate, "HEATMAP_TARGETS", np.array([[1.0], [1.0]]))
+        shared = influence_heatmap(ANALYTIC)
     return opposite, shared
 
 
@@ -458,7 +478,7 @@ def test_heatmap_cross_influence_is_negative_when_coupled(heatmaps):
     assert metrics["c5_cross_influence_coupled_max"] == pytest.approx(-0.0011690, abs=1e-6)
     entry = next(r for r in rows if r["coupling"] == 0.4 and r["beta1"] == 2.0)
     spec = method.LoopSpec("h", method.symmetric_coupling(0.2, 0.4), np.full(2, 0.2), np.array([2.0, 1.0]),
-                           experiment.HEATMAP_TARGETS)
+                           evaluate.HEATMAP_TARGETS)
     assert entry["I21"] == pytest.approx(method.influence_matrix(spec, 1e-4, 2000, 1e-14)[1, 0], rel=1e-4)
     assert shared_metrics["c5_cross_influence_coupled_max"] > 0.1
 

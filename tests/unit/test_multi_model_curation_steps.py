@@ -1,8 +1,9 @@
-"""multi_model_curation: params fragment, data phase, run_seed at the smoke profile, claims, figures,
-and the paper profile's hub loop on tiny local stand-ins (no network)."""
+"""multi_model_curation: params fragment, data phase, the train -> evaluate -> claim_metrics steps at the
+smoke profile, claims, figures, and the paper profile's hub loop on tiny local stand-ins (no network)."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 from pathlib import Path
 
@@ -11,7 +12,8 @@ import pytest
 
 from tasks.common.claims import evaluate_claims, load_claims
 from tasks.common.params import ParamsError, params_section, validate_paper_section
-from tasks.multi_model_curation import experiment, figures, method
+from tasks.common.results import SeedResult
+from tasks.multi_model_curation import claim_metrics, data, evaluate, figures, loops, method, train
 from tasks.multi_model_curation.config import CONFIG
 
 PAPER_DIR = Path(__file__).resolve().parents[2] / "tasks" / "multi_model_curation"
@@ -19,19 +21,24 @@ FRAGMENT = params_section("multi_model_curation")
 CLAIMS = load_claims(PAPER_DIR / "claims.yaml")
 
 
+def run_steps(config, seed: int, data_dir: Path, model_dir: Path) -> SeedResult:
+    """train, evaluate and the claim metrics of one seed, merged as the flow merges them."""
+    result = train.train(config, seed, data_dir, model_dir).merged(evaluate.evaluate(config, seed, data_dir, model_dir))
+    return result.add(claim_metrics.claim_metrics(config, result))
+
+
 @pytest.fixture(scope="module")
 def smoke_results(tmp_path_factory):
-    """run_seed at the smoke profile for seeds 0 and 1 (the analytic part is shared and cheap)."""
+    """The steps at the smoke profile for seeds 0 and 1 (the analytic part is shared and cheap)."""
     root = tmp_path_factory.mktemp("mmc")
     config = CONFIG.model_validate(FRAGMENT["smoke"])
-    written = experiment.write_data(config, (0, 1), root / "data")
-    results = [experiment.run_seed(config, seed, root / "data", root / "models") for seed in (0, 1)]
+    written = data.write_data(config, (0, 1), root / "data")
+    results = [run_steps(config, seed, root / "data", root / "models" / f"seed{seed}") for seed in (0, 1)]
     return config, root, written, results
 
 
-def test_fragment_profiles_validate():
+def test_only_the_paper_profile_runs_the_hub_loop():
     configs = validate_paper_section("multi_model_curation", FRAGMENT)
-    assert set(configs) == {"smoke", "cpu", "paper"}
     assert configs["paper"].hub is not None and configs["cpu"].hub is None
     assert configs["cpu"].sampled.k_small == 16 and configs["cpu"].sampled.k_large == 64
 
@@ -39,8 +46,6 @@ def test_fragment_profiles_validate():
 @pytest.mark.parametrize(("mutate", "message"), [
     (lambda f: f["cpu"]["sampled"].update(n_samples=10), r"multi_model_curation\.cpu\.sampled\.n_samples"),
     (lambda f: f["cpu"]["sampled"].update(k_small=64, k_large=16), r"multi_model_curation\.cpu\.sampled: .*k_small"),
-    (lambda f: f["smoke"]["analytic"].update(typo=1), r"multi_model_curation\.smoke\.analytic\.typo: unknown key"),
-    (lambda f: f["cpu"].update(device="tpu"), r"multi_model_curation\.cpu\.device"),
     (lambda f: f["paper"]["hub"].update(mixing=[[0.5, 0.5], [0.7, 0.1]]),
      r"multi_model_curation\.paper\.hub: .*mixing\[0\] must be >= 0 and sum to 1 - real_share"),
     (lambda f: f["cpu"]["analytic"].update(coupling_grid=[0.0, 0.9]),
@@ -53,7 +58,7 @@ def test_bad_fragment_values_name_the_key(mutate, message):
         validate_paper_section("multi_model_curation", fragment)
 
 
-def test_run_seed_returns_every_claim_metric_and_is_json(smoke_results):
+def test_steps_return_every_claim_metric_and_are_json(smoke_results):
     _, _, _, results = smoke_results
     needed = set()
     for claim in CLAIMS:
@@ -62,29 +67,55 @@ def test_run_seed_returns_every_claim_metric_and_is_json(smoke_results):
             needed |= {m.metric for m in measured if m.counts is None}
             needed |= {name for m in measured if m.counts for name in (m.counts.successes, m.counts.trials)}
     for result in results:
-        assert needed <= set(result["metrics"]), needed - set(result["metrics"])
-        assert all(np.isfinite(v) for v in result["metrics"].values())
-        json.dumps(result)
-    rows = evaluate_claims(CLAIMS, {r["seed"]: r["metrics"] for r in results}, "cpu", "multi_model_curation")
+        assert needed <= set(result.metrics), needed - set(result.metrics)
+        assert all(np.isfinite(v) for v in result.metrics.values())
+        json.dumps(result.to_dict())
+    rows = evaluate_claims(CLAIMS, {r.seed: r.metrics for r in results}, "cpu", "multi_model_curation")
     assert len(rows) == len(CLAIMS)
     untestable = {r["verdict"] for r in rows if r["metric"] is None or r["metric"].startswith("hub_")}
     assert untestable == {"not testable at this profile"}
 
 
-def test_run_seed_is_deterministic_and_seed_dependent(smoke_results):
+def digests(folder: Path) -> dict[str, str]:
+    return {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(folder.iterdir())}
+
+
+def test_steps_are_deterministic_and_seed_dependent(smoke_results, tmp_path):
     config, root, _, results = smoke_results
-    again = experiment.run_seed(config, 0, root / "data", root / "models")
-    drop = {k for k in again["metrics"] if k.startswith("seconds_")}
-    assert {k: v for k, v in again["metrics"].items() if k not in drop} == \
-        {k: v for k, v in results[0]["metrics"].items() if k not in drop}
-    assert results[0]["metrics"]["dampen_dA1_klarge"] != results[1]["metrics"]["dampen_dA1_klarge"]
+    again = run_steps(config, 0, root / "data", tmp_path / "seed0")
+    drop = {k for k in again.metrics if k.startswith("seconds_")}
+    assert {k: v for k, v in again.metrics.items() if k not in drop} == \
+        {k: v for k, v in results[0].metrics.items() if k not in drop}
+    assert digests(tmp_path / "seed0") == digests(root / "models" / "seed0") == {
+        loops.NEURAL_CHECKPOINT: digests(root / "models" / "seed0")[loops.NEURAL_CHECKPOINT]}
+    assert results[0].metrics["dampen_dA1_klarge"] != results[1].metrics["dampen_dA1_klarge"]
     # Analytic parts do not depend on the seed.
-    assert results[0]["metrics"]["analytic_self_invert_A1"] == results[1]["metrics"]["analytic_self_invert_A1"]
-    assert (root / "models" / "seed0" / "neural_generators.safetensors").is_file()
+    assert results[0].metrics["analytic_self_invert_A1"] == results[1].metrics["analytic_self_invert_A1"]
 
 
-def test_analytic_metrics_at_smoke_match_the_brief(smoke_results):
-    metrics = smoke_results[3][0]["metrics"]
+def test_evaluation_reads_the_trained_neural_generators(smoke_results, tmp_path):
+    """The saved generators reproduce the neural loop's last measured alignment exactly; untrained ones
+    (saved in their place) do not."""
+    config, root, _, results = smoke_results
+    for result in results:
+        for row in result.tables["neural"]:
+            assert row["checkpoint_A"] == result.curves[f"neural_A{row['model']}"][-1]
+    loops.save_neural_generators(loops.new_neural_generators(config.neural, 0), tmp_path)
+    untrained = evaluate.neural_rows(config.neural, config.analytic, 0, tmp_path)
+    assert [r["checkpoint_A"] for r in untrained] != [r["checkpoint_A"] for r in results[0].tables["neural"]]
+
+
+def test_a_profile_without_trained_generators_trains_nothing(smoke_results, tmp_path):
+    config, root, _, _ = smoke_results
+    analytic_only = config.model_copy(update={"neural": None})
+    trained = train.train(analytic_only, 0, root / "data", tmp_path / "seed0")
+    assert trained.to_dict() == SeedResult(0).to_dict() and not (tmp_path / "seed0").exists()
+    result = trained.merged(evaluate.evaluate(analytic_only, 0, root / "data", tmp_path / "seed0"))
+    assert "c1_neural_max_rel_error" not in claim_metrics.claim_metrics(analytic_only, result)
+
+
+def test_analytic_metrics_at_smoke_match_the_reference(smoke_results):
+    metrics = smoke_results[3][0].metrics
     assert metrics["analytic_dampen_A1"] == pytest.approx(-0.948, abs=1e-3)
     assert metrics["c1_divergent_flagged"] == 1.0 and metrics["c1_convergent_flagged_count"] == 0.0
     assert metrics["c5_cross_influence_uncoupled_max_abs"] < 1e-9
@@ -94,7 +125,7 @@ def test_analytic_metrics_at_smoke_match_the_brief(smoke_results):
 def test_claim_signs_are_the_analytic_prediction():
     """Every sign check of a sampled chord in claims.yaml (claims and their preconditions) is the sign
     of the K -> infinity chord, so no threshold was set from sampled results."""
-    analytic = experiment.analytic_chords(CONFIG.model_validate(FRAGMENT["smoke"]).analytic)
+    analytic = evaluate.analytic_chords(CONFIG.model_validate(FRAGMENT["smoke"]).analytic)
     isolated = method.chord_effect(method.canonical_specs()["self_invert_isolated"], 0, 0.6, 4.0)
     checked = 0
     for claim in [m for c in CLAIMS for m in (c, *c.preconditions)]:
@@ -112,13 +143,16 @@ def test_claim_signs_are_the_analytic_prediction():
     assert checked == 14 + 7  # 14 claims, 7 preconditions
 
 
-def test_stale_data_fails_with_the_key(smoke_results):
+def test_stale_data_fails_with_the_key(smoke_results, tmp_path):
     config, root, _, _ = smoke_results
     bigger = config.model_copy(update={"sampled": config.sampled.model_copy(update={"real_pool": 6000})})
     with pytest.raises(ValueError, match=r"sampled\.real_pool: .* rerun the data phase"):
-        experiment.run_seed(bigger, 0, root / "data", root / "models")
+        evaluate.evaluate(bigger, 0, root / "data", root / "models" / "seed0")
     with pytest.raises(FileNotFoundError, match=r"sampled\.real_pool: .*missing"):
-        experiment.run_seed(config, 7, root / "data", root / "models")
+        evaluate.evaluate(config, 7, root / "data", root / "models" / "seed0")
+    wider = config.model_copy(update={"neural": config.neural.model_copy(update={"dim": config.neural.dim + 1})})
+    with pytest.raises(ValueError, match=r"neural\.real_pool/neural\.dim: .* rerun the data phase"):
+        train.train(wider, 0, root / "data", tmp_path)
 
 
 def test_data_phase_writes_real_data_sets(smoke_results):
@@ -140,6 +174,8 @@ def test_figures_build_from_results(smoke_results, tmp_path):
     assert all(p.stat().st_size > 1000 for p in made)
     assert sorted(p.name for p in (tmp_path / "plots").iterdir()) == [
         "alignment_trajectories.csv", "influence_heatmap.csv", "sign_table.csv"]
+    signs = figures.sign_rows(results[0])
+    assert np.mean([r["sign_match"] for r in signs]) == results[0].metrics["sign_match_fraction"]
 
 
 # ------------------------------------------------------------------------------------------------
@@ -180,24 +216,26 @@ def _stand_ins(root: Path) -> dict[str, str]:
 
 
 def test_hub_loop_on_local_stand_ins(tmp_path):
-    from tasks.multi_model_curation import hub_loop
+    from tasks.multi_model_curation import hub
     from tasks.multi_model_curation.config import HubConfig
 
     paths = _stand_ins(tmp_path)
-    hub = HubConfig(generators=[paths["gen_a"], paths["gen_b"]], reward_models=[paths["reward"]],
+    cfg = HubConfig(generators=[paths["gen_a"], paths["gen_b"]], reward_models=[paths["reward"]],
                     prompts_dataset=paths["prompts"], prompts_split="train", prompt_column="prompt",
                     response_column="chosen", n_prompts=8, n_eval_prompts=2, k=3, rounds=1, beta=[5.0, 0.0],
                     mixing=[[0.1, 0.7], [0.7, 0.1]], real_share=0.2, max_new_tokens=4, sft_steps=2, batch_size=4,
                     lr=1e-3, dtype="float32")
-    metrics, curves = hub_loop.run_hub_loop(hub, seed=0, device="cpu", out_dir=tmp_path / "out")
+    curves = hub.run_hub_loop(cfg, seed=0, device="cpu", model_dir=tmp_path / "out")
+    assert set(curves) == {"hub_A1", "hub_A2"} and len(curves["hub_A1"]) == 2
+    metrics = claim_metrics.hub_claims(SeedResult(0).add(curves=curves), 2)
     assert set(metrics) == {"hub_A1_final", "hub_A2_final", "hub_A1_gain", "hub_A2_gain"}
     assert all(np.isfinite(v) for v in metrics.values())
-    assert len(curves["hub_A1"]) == 2
+    assert metrics["hub_A1_gain"] == curves["hub_A1"][1] - curves["hub_A1"][0]
     assert (tmp_path / "out" / "generator1" / "model.safetensors").is_file()
 
 
 def test_response_text_reads_chat_and_plain():
-    from tasks.multi_model_curation.data import response_text
+    from tasks.multi_model_curation.hub import response_text
 
     assert response_text("plain") == "plain"
     assert response_text([{"role": "user", "content": "q"}, {"role": "assistant", "content": "a"}]) == "a"
@@ -209,13 +247,13 @@ def test_sampled_divergence_uses_the_library_flag(smoke_results, monkeypatch):
     """The sampled divergent loop is flagged by method.divergence_flag (no thresholds of its own):
     flagged as is, and not flagged when the library's flag is broken to never fire."""
     config, root, _, _ = smoke_results
-    real = experiment.load_real_data(config, 0, root / "data")[0]
+    real = data.read_real_1d(config, 0, root / "data")
     longer = config.sampled.model_copy(update={"rounds": 30})  # 12 smoke rounds stop at v ~ 0.012 > 1e-2
-    flagged, _ = experiment.sampled_divergent(longer, 0, real)
+    flagged = claim_metrics.divergent_claims(evaluate.sampled_divergent(longer, 0, real)[2])
     assert flagged["c1_divergent_sampled_runs"] == config.sampled.divergent_replicates == 2
     assert flagged["c1_divergent_sampled_flagged_count"] == 2.0
     monkeypatch.setattr(method, "divergence_flag", lambda *args, **kwargs: False)
-    broken, _ = experiment.sampled_divergent(longer, 0, real)
+    broken = claim_metrics.divergent_claims(evaluate.sampled_divergent(longer, 0, real)[2])
     assert broken["c1_divergent_sampled_flagged_count"] == 0.0
 
 
@@ -223,12 +261,12 @@ def test_divergent_replicates_are_independent_loops(smoke_results):
     """C1d's binomial trials: the replicate loops of one seed use different random streams (the first
     keeps the single loop's stream), so their variance paths differ."""
     config, root, _, _ = smoke_results
-    real = experiment.load_real_data(config, 0, root / "data")[0]
+    real = data.read_real_1d(config, 0, root / "data")
     spec = method.canonical_specs()["divergent"]
     k, rounds, n = config.sampled.k_small, config.sampled.rounds, config.sampled.n_samples
-    first = method.iterate_sampled(spec, rounds, k, n, real, experiment.loop_rng(0, 5, k))
-    second = method.iterate_sampled(spec, rounds, k, n, real, experiment.loop_rng(0, 5, k, 1))
-    _, curve = experiment.sampled_divergent(config.sampled, 0, real)
+    first = method.iterate_sampled(spec, rounds, k, n, real, loops.loop_rng(0, 5, k))
+    second = method.iterate_sampled(spec, rounds, k, n, real, loops.loop_rng(0, 5, k, 1))
+    _, curve, _ = evaluate.sampled_divergent(config.sampled, 0, real)
     np.testing.assert_array_equal(curve, first.v.min(axis=1))
     assert not np.array_equal(first.v, second.v)
 
@@ -251,6 +289,6 @@ def test_verification_rows_are_seed_independent(smoke_results):
     for claim in CLAIMS:
         if claim.metric is None or "smoke" not in claim.profiles:
             continue
-        values = {r["metrics"][claim.metric] for r in results}
+        values = {r.metrics[claim.metric] for r in results}
         if claim.kind in ("identity", "reference"):
             assert len(values) == 1, claim.id
