@@ -6,7 +6,7 @@
 Models have the profile's sizes, randomly initialised (time does not depend on the weights), on the
 Lotka-Volterra task's shapes: median seconds of one training step (batch of train.batch_size) and of one
 inference forward pass (batch of study.timing_batch, and a single sequence), alternating the models so that
-load changes hit both alike (``experiment.paired_timings``, the function the experiment's speed claims C5a, C5b
+load changes hit both alike (``evaluate.paired_timings``, the function the experiment's speed claims C5a, C5b
 and C3c use on the trained models). This standalone run repeats that measurement with more repeats.
 """
 
@@ -38,22 +38,22 @@ def main() -> None:
 
     import torch
 
-    from tasks.coda import data, experiment
+    from tasks.coda import data, evaluate, model
     from tasks.coda.config import CONFIG
 
     torch.set_num_threads(args.threads)
     cfg = CONFIG.model_validate(coda_section()[args.profile])
     task = data.make_task(cfg.data, "lotka_volterra", seed=0)
-    train, test = experiment.task_splits(task, "cpu")
+    train, test = model.task_splits(task, "cpu")
     batch = train.take(slice(0, cfg.train.batch_size))
     timing = test.take(slice(0, cfg.study.timing_batch))
     single = test.take(slice(0, 1))
     rows = []
     for layers in (1, 2):
-        models = {kind: experiment.build_model(kind, layers, task, cfg.model, seed=0) for kind in ("ltc", "coda")}
+        models = {kind: model.build_model(kind, layers, task, cfg.model, seed=0) for kind in ("ltc", "coda")}
         # the same side-by-side timing the experiment verdicts C5a, C5b and C3c on (alternating models)
-        batched = experiment.paired_timings(models, batch, timing, args.repeats)
-        single_seq = experiment.paired_timings(models, batch, single, args.repeats)
+        batched = evaluate.paired_timings(models, batch, timing, args.repeats)
+        single_seq = evaluate.paired_timings(models, batch, single, args.repeats)
         medians = {k: {"train": batched[k]["train"], "batch": batched[k]["inference"],
                        "single": single_seq[k]["inference"]} for k in models}
         row = {"layers": layers, **{f"{kind}_{phase}_ms": round(1e3 * value, 3)
