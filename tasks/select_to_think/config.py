@@ -9,7 +9,9 @@ from __future__ import annotations
 
 from pydantic import Field, field_validator, model_validator
 
-from tasks.common.params import ProfileConfig
+from tasks.common.params import PaperConfig, ProfileConfig
+
+TITLE = "select_to_think: Select to Think, local sufficiency of a small model's top-K"
 
 BASE_VOCAB = 14  # tasks.select_to_think.data.BASE_VOCAB: digits, '+', '=', 'A', '<eos>'
 
@@ -35,9 +37,9 @@ class TinyLMConfig(ProfileConfig):
     """A tiny GPT-2 trained from scratch with AdamW (loss on the generated part only).
 
     ``target_accuracy``: stop as soon as greedy accuracy on the calibration problems reaches it
-    (checked every ``check_every`` steps, constant learning rate after warm-up) - how the weak SLM of the
-    brief ("trained to about 50-70%") is obtained reproducibly. ``None``: a fixed number of steps with a
-    cosine decay."""
+    (checked every ``check_every`` steps, constant learning rate after warm-up) - how the weak SLM of the cpu
+    profile ("about 50-70%", README) is obtained reproducibly. ``None``: a fixed number of steps with a cosine
+    decay."""
 
     n_layer: int = Field(ge=1)
     n_head: int = Field(ge=1)
@@ -111,14 +113,13 @@ class HubConfig(ProfileConfig):
     dtype: str = Field(default="bfloat16", pattern="^(float32|float16|bfloat16)$")
 
 
-class SelectToThinkConfig(ProfileConfig):
+class SelectToThinkConfig(PaperConfig):
     data: AdditionDataConfig | None = None
     llm: TinyLMConfig | None = None
     slm: TinyLMConfig | None = None
     hub: HubConfig | None = None
     s2t: S2TConfig
     local: LocalConfig
-    device: str = Field(default="auto", pattern="^(auto|cpu|cuda|mps)$")
 
     @model_validator(mode="after")
     def _one_model_source(self) -> SelectToThinkConfig:

@@ -1,7 +1,7 @@
 """Data of the select_to_think experiment.
 
-smoke / cpu: procedural multi-digit addition with a written chain of thought (the project's design,
-brief "CPU profile"). Operands have ``min_digits``..``max_digits`` digits and are zero-padded to
+smoke / cpu: procedural multi-digit addition with a written chain of thought (the project's design for the
+cpu profile, README "Deviations"). Operands have ``min_digits``..``max_digits`` digits and are zero-padded to
 ``width = max_digits`` so every sequence of a profile has the same length (batched decoding needs no
 padding). One sequence, for ``47 + 38`` at width 3::
 
@@ -26,6 +26,7 @@ import polars as pl
 import torch
 
 from tasks.common.io import read_json, write_dir_with, write_json, write_parquet
+from tasks.select_to_think.config import AdditionDataConfig, SelectToThinkConfig
 
 PLUS, EQUALS, ANSWER, EOS = 10, 11, 12, 13
 BASE_VOCAB = 14  # digits + '+', '=', 'A', '<eos>'; reserved bin ids start here
@@ -130,6 +131,23 @@ def prompts_tensor(frame: pl.DataFrame, width: int) -> torch.Tensor:
 # ------------------------------------------------------------------------------------------------
 # Files of the data phase
 # ------------------------------------------------------------------------------------------------
+
+def split_sizes(cfg: AdditionDataConfig) -> dict[str, int]:
+    return {"train": cfg.n_train, "calibration": cfg.n_calibration, "collection": cfg.n_collection,
+            "test": cfg.n_test}
+
+
+def write_data(config: SelectToThinkConfig, seeds: tuple[int, ...], data_dir: Path) -> list[Path]:
+    """Data phase: one parquet of addition problems per seed (splits train / calibration / collection /
+    test, test pairs held out of the others) and the data config that wrote them. Paper profile: the
+    hub datasets are saved per seed (``datasets.Dataset.save_to_disk``)."""
+    if config.hub is not None:
+        return [write_hub_problems(config.hub, seed, Path(data_dir)) for seed in seeds]
+    cfg = config.data
+    written = [write_problems(addition_problems(split_sizes(cfg), cfg.min_digits, cfg.max_digits, seed),
+                              problems_file(data_dir, seed)) for seed in seeds]
+    return [*written, write_meta(Path(data_dir), cfg.model_dump(mode="json"))]
+
 
 def problems_file(data_dir: Path, seed: int) -> Path:
     return Path(data_dir) / f"addition_seed{seed}.parquet"

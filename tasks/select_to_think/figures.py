@@ -1,15 +1,16 @@
-"""Figures of select_to_think, built from the per-seed result dicts only (no recompute), and their CSV
+"""Figures of select_to_think, built from the per-seed results only (no recompute), and their CSV
 sources for ``dvc plots``: (1) hit@K vs K at divergence points; (2) accuracy of every method."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
 from tasks.common.figures import new_figure, save_figure, write_plot_csv
+from tasks.common.results import SeedResult
+from tasks.select_to_think.config import SelectToThinkConfig
 
 ACCURACY_METRICS = {
     "slm_greedy_accuracy": "SLM greedy",
@@ -24,13 +25,13 @@ ACCURACY_METRICS = {
 }
 
 
-def hit_rows(results: Sequence[Mapping[str, Any]]) -> list[dict]:
-    return [{"seed": r["seed"], "k": row["k"], "hit": row["hit"]} for r in results for row in r["tables"]["hit_at_k"]]
+def hit_rows(results: Sequence[SeedResult]) -> list[dict]:
+    return [{"seed": r.seed, "k": row["k"], "hit": row["hit"]} for r in results for row in r.tables["hit_at_k"]]
 
 
-def accuracy_rows(results: Sequence[Mapping[str, Any]]) -> list[dict]:
-    return [{"seed": r["seed"], "method": label, "accuracy": r["metrics"][name]}
-            for r in results for name, label in ACCURACY_METRICS.items() if name in r["metrics"]]
+def accuracy_rows(results: Sequence[SeedResult]) -> list[dict]:
+    return [{"seed": r.seed, "method": label, "accuracy": r.metrics[name]}
+            for r in results for name, label in ACCURACY_METRICS.items() if name in r.metrics]
 
 
 def hit_at_k_figure(rows: list[dict], path: Path) -> Path:
@@ -66,7 +67,8 @@ def accuracy_figure(rows: list[dict], path: Path) -> Path:
     return save_figure(fig, path)
 
 
-def make_figures(config: Any, results: list[dict], figures_dir: Path, plots_dir: Path) -> list[Path]:
+def make_figures(config: SelectToThinkConfig, results: list[SeedResult], figures_dir: Path, plots_dir: Path
+                 ) -> list[Path]:
     hits, accuracies = hit_rows(results), accuracy_rows(results)
     return [hit_at_k_figure(hits, Path(figures_dir) / "hit_at_k.png"),
             accuracy_figure(accuracies, Path(figures_dir) / "accuracy.png"),

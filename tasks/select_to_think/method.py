@@ -1,7 +1,7 @@
 """Select to Think (S2T) and S2T-Local over any pair of causal LMs (a pure library: no Prefect, no MLflow).
 
 Ye et al., "Select to Think: Unlocking SLM Potential with Local Sufficiency" (arXiv 2604.26940). The
-method follows the paper's official code as described in the project's brief (sections "Method"):
+method follows the paper's official code (github.com/YeRona/Select-to-Think; README "Fidelity checklist"):
 
 - divergence triggers: KL(p_SLM || p_LLM) on the SLM's top-64 support, both renormalised there, above a
   calibration quantile; the SLM's entropy on the same support; a random trigger; none in the warm-up steps;
@@ -36,7 +36,7 @@ NEG_INF = float("-inf")
 
 def mask_reserved(logits: torch.Tensor, reserved_ids: Sequence[int] | torch.Tensor) -> torch.Tensor:
     """Logits with the reserved (score-bin) rows at -inf, so they never win in normal decoding
-    (brief, S2T-Local model: "masked to -inf in normal decoding")."""
+    (S2T-Local: the score bins are masked to -inf in normal decoding)."""
     if len(reserved_ids) == 0:
         return logits
     index = torch.as_tensor(reserved_ids, dtype=torch.long, device=logits.device)
@@ -49,13 +49,19 @@ def next_token_logits(model: Any, input_ids: torch.Tensor, reserved_ids: Sequenc
     padding), reserved rows masked; ``vocab_size`` cuts padded output rows so two models share one vocabulary."""
     with torch.no_grad():
         logits = model(input_ids=input_ids).logits[:, -1].float()
-    if vocab_size is not None:
-        logits = logits[:, :vocab_size]
-    return mask_reserved(logits, reserved_ids)
+    return cut_and_mask(logits, reserved_ids, vocab_size)
+
+
+def cut_and_mask(logits: torch.Tensor, reserved_ids: Sequence[int], vocab_size: int | None) -> torch.Tensor:
+    """(B, V) logits cut to the first ``vocab_size`` rows (None: all), reserved rows masked. Reserved rows at or
+    beyond ``vocab_size`` (the paper profile's bins sit in the padding past the tokenizer) are cut already."""
+    if vocab_size is None:
+        return mask_reserved(logits, reserved_ids)
+    return mask_reserved(logits[:, :vocab_size], [i for i in reserved_ids if i < vocab_size])
 
 
 # ------------------------------------------------------------------------------------------------
-# Divergence triggers (brief: "Trigger (divergence point)")
+# Divergence triggers (divergence points)
 # ------------------------------------------------------------------------------------------------
 
 def support_top(slm_logits: torch.Tensor, support_size: int) -> torch.Tensor:
@@ -145,7 +151,7 @@ def hit_at_k(slm_logits: torch.Tensor, llm_logits: torch.Tensor, ks: Sequence[in
 
 
 # ------------------------------------------------------------------------------------------------
-# S2T-Local: score bins in the output layer (brief: "S2T-Local model")
+# S2T-Local: score bins in the output layer
 # ------------------------------------------------------------------------------------------------
 
 def bin_ids(first_reserved_id: int, n_bins: int) -> list[int]:
@@ -202,7 +208,7 @@ def local_select(scores: torch.Tensor, candidates: torch.Tensor) -> torch.Tensor
 
 
 # ------------------------------------------------------------------------------------------------
-# S2T-Local loss (brief: "Loss per group", (i)-(iv))
+# S2T-Local loss per group, parts (i)-(iv) (README "Fidelity checklist")
 # ------------------------------------------------------------------------------------------------
 
 @dataclass(frozen=True)
@@ -300,7 +306,7 @@ def frozen_rows_change(before: torch.Tensor, after: torch.Tensor, reserved: Sequ
 @dataclass
 class CandidateGroups:
     """Collected trigger steps: right-padded prefixes, their lengths, K candidate ids, the teacher's
-    absolute probabilities on them (brief: "S2T-Local data")."""
+    absolute probabilities on them (S2T-Local's training data)."""
 
     prefixes: torch.Tensor
     lengths: torch.Tensor
@@ -449,10 +455,7 @@ class CachedLogits:
         with torch.no_grad():
             out = self.model(input_ids=seqs[:, self.seen:], cache=self.cache, use_cache=True)
         self.cache, self.seen = out.cache, seqs.shape[1]
-        logits = out.logits[:, -1].float()
-        if self.vocab_size is not None:
-            logits = logits[:, :self.vocab_size]
-        return mask_reserved(logits, self.reserved)
+        return cut_and_mask(out.logits[:, -1].float(), self.reserved, self.vocab_size)
 
 
 def decode(slm: Any, prompts: torch.Tensor, max_new_tokens: int, policy: DecodePolicy, *, llm: Any = None,

@@ -1,4 +1,5 @@
-"""select_to_think method: the brief's deterministic acceptance checks (a)1-6, each with a negative control."""
+"""select_to_think method: the deterministic acceptance checks (a)1-6 of the method (README "Fidelity checklist"),
+each with a negative control."""
 
 from __future__ import annotations
 
@@ -78,6 +79,16 @@ def test_mask_reserved_puts_minus_inf_on_the_bins():
     logits[:, RESERVED] = 100.0
     masked = method.mask_reserved(logits, RESERVED)
     assert torch.isneginf(masked[:, RESERVED]).all() and torch.equal(masked[:, :BASE], logits[:, :BASE])
+
+
+def test_cut_to_the_tokenizer_vocabulary_leaves_bins_past_it_out():
+    """Paper profile: the bins sit in the output rows past the tokenizer, which ``vocab_size`` cuts off; a bin
+    inside the cut is still masked."""
+    logits = torch.randn(2, BASE + N_BINS)
+    assert torch.equal(method.cut_and_mask(logits, RESERVED, BASE), logits[:, :BASE])
+    inside = method.cut_and_mask(logits, RESERVED, BASE + 1)
+    assert inside.shape == (2, BASE + 1) and torch.isneginf(inside[:, BASE]).all()
+    assert torch.equal(method.cut_and_mask(logits, RESERVED, None), method.mask_reserved(logits, RESERVED))
 
 
 # (a)3 -------------------------------------------------------------------------------------------

@@ -1,0 +1,111 @@
+"""What train.py and evaluate.py share at the smoke / cpu profiles: the tiny GPT-2 pair, one seed's splits as
+addition tasks, the decoding policies with their calibrated triggers, the hit@K counts, and the names of the
+checkpoint folders in ``models/select_to_think/seed<N>/``."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import polars as pl
+import torch
+
+from tasks.common import tiny_lm
+from tasks.select_to_think import data, method
+from tasks.select_to_think.config import S2TConfig, SelectToThinkConfig, TinyLMConfig
+
+# Checkpoint folders of one seed (tiny_lm.save_model: config.json + model.safetensors).
+LLM, SLM, LOCAL = "llm", "slm", "slm_local"
+
+
+def build_lm(lm: TinyLMConfig, vocab_size: int, width: int, seed: int, untied: bool) -> torch.nn.Module:
+    """A GPT-2 over the addition vocabulary plus the reserved bins. The SLM's head is untied so that
+    S2T-Local can move only its reserved rows (claim C8)."""
+    config = tiny_lm.tiny_gpt2_config(vocab_size, data.sequence_length(width) + 1, lm.n_layer, lm.n_head, lm.n_embd)
+    config.tie_word_embeddings = not untied
+    return tiny_lm.build_tiny_gpt2(config, seed=seed)
+
+
+def load_lm(model_dir: Path, name: str) -> torch.nn.Module:
+    """One trained model of the seed (``LLM``, ``SLM`` or ``LOCAL``), in eval mode."""
+    return tiny_lm.load_model(Path(model_dir) / name)
+
+
+class AdditionTask:
+    """Prompts, answers and parsing of one split at one width."""
+
+    def __init__(self, frame: pl.DataFrame, width: int):
+        self.width = width
+        self.prompts = data.prompts_tensor(frame, width)
+        self.truth = [a + b for a, b in zip(frame["a"].to_list(), frame["b"].to_list())]
+        self.steps = data.generated_length(width)
+
+    def parse(self, row: list[int]) -> int | None:
+        return data.decode_answer(row, self.width)
+
+    def accuracy(self, answers: list[int | None]) -> float:
+        return float(np.mean([a == t for a, t in zip(answers, self.truth)]))
+
+    def correct(self, answers: list[int | None]) -> float:
+        """The number of problems solved (an integer, as a float: the binomial claims pool it over seeds)."""
+        return float(sum(a == t for a, t in zip(answers, self.truth)))
+
+    def trace_accuracy(self, trace: method.DecodeTrace) -> float:
+        return self.accuracy([self.parse(row) for row in trace.tokens.tolist()])
+
+
+@dataclass(frozen=True)
+class Setup:
+    """One seed's problems read from the data phase, and the vocabulary layout of the pair."""
+
+    width: int
+    reserved: list[int]  # the S2T-Local score bins, ids BASE_VOCAB .. BASE_VOCAB + n_bins - 1
+    vocab: int
+    train: torch.Tensor  # (N, sequence_length) full training sequences
+    calibration: AdditionTask
+    collection: AdditionTask
+    test: AdditionTask
+
+    @property
+    def prompt_len(self) -> int:
+        return data.prompt_length(self.width)
+
+
+def load_setup(config: SelectToThinkConfig, seed: int, data_dir: Path) -> Setup:
+    splits = data.read_problems(Path(data_dir), seed, config.data.model_dump(mode="json"))
+    width = config.data.max_digits
+    calibration, collection, test = (AdditionTask(splits[name], width)
+                                     for name in ("calibration", "collection", "test"))
+    return Setup(width=width, reserved=method.bin_ids(data.BASE_VOCAB, config.local.n_bins),
+                 vocab=data.BASE_VOCAB + config.local.n_bins, train=data.problems_tensor(splits["train"], width),
+                 calibration=calibration, collection=collection, test=test)
+
+
+def policy_for(s2t: S2TConfig, action: str, trigger: str, threshold: float = math.inf, rate: float = 0.0
+               ) -> method.DecodePolicy:
+    return method.DecodePolicy(action=action, trigger=trigger, threshold=threshold, random_rate=rate,
+                               warmup_steps=s2t.warmup_steps, support_size=s2t.support_size, k=s2t.k_eval,
+                               ratio_to_max=s2t.ratio_to_max if action == "s2t" else None)
+
+
+def calibrate(slm: Any, task: AdditionTask, s2t: S2TConfig, trigger: str, reserved: list[int],
+              llm: Any = None) -> float:
+    """Threshold = the ``s2t.quantile`` of the trigger score along the SLM's greedy paths on calibration
+    problems (steps after the warm-up)."""
+    trace = method.decode(slm, task.prompts, task.steps, policy_for(s2t, "greedy", trigger), llm=llm,
+                          reserved=reserved)
+    return method.calibrate_threshold(trace.scores, s2t.quantile)
+
+
+def hit_counts(hits: dict[int, list[bool]], ks: list[int]) -> dict[str, float]:
+    """Counts over the trigger steps (the trials of the hit-rate claims, pooled over seeds): hits at each K, and,
+    when 1 and 8 are among ``ks``, the steps where the LLM's token is in the SLM's top-8 but not its top-1 (C2).
+    The disagreement C1's precondition reads is derived from these in claim_metrics.py."""
+    triggers = len(hits[ks[0]]) if ks else 0
+    out = {"trigger_count": float(triggers)} | {f"hit_at_{k}_count": float(sum(hits[k])) for k in ks}
+    if 1 in ks and 8 in ks:
+        out["hit8_not_hit1_count"] = float(sum(h8 and not h1 for h1, h8 in zip(hits[1], hits[8])))
+    return out
