@@ -41,14 +41,22 @@ class BoundConfig(ProfileConfig):
 
 
 class TinyGPT2Config(ProfileConfig):
-    """The tiny GPT-2 ARM (vocabulary: V sequence tokens + one prompt token per prompt)."""
+    """The tiny GPT-2 ARM (vocabulary: V sequence tokens + one prompt token per prompt), trained on the
+    population cross-entropy under p_R: prefixes sampled from p_R, the exact next-token law as the target."""
 
     n_layer: int = Field(ge=1)
     n_head: int = Field(ge=1)
     n_embd: int = Field(ge=4)
-    steps: int = Field(ge=0, description="Adam steps on fresh exact samples of p_R (0: no training)")
-    batch_size: int = Field(ge=1)
+    steps: int = Field(ge=0, description="most Adam steps (0: no training); cosine decay over this many")
+    batch_size: int = Field(ge=1, description="prefixes sampled from p_R per step")
     lr: float = Field(gt=0)
+    warmup_steps: int = Field(default=100, ge=0, description="linear warm-up of the learning rate")
+    init_std: float = Field(default=0.02, gt=0, description="GPT2Config.initializer_range (GPT-2's own is 0.02)")
+    stop_kl: float | None = Field(
+        default=None, gt=0,
+        description="stop once the mean training KL estimate of the last `stop_window` steps is <= this "
+                    "(converged to the entropy floor); None: always run `steps`")
+    stop_window: int = Field(default=100, ge=1)
 
     @model_validator(mode="after")
     def _heads_divide(self) -> TinyGPT2Config:
@@ -69,11 +77,14 @@ class TabularConfig(ProfileConfig):
 
 
 class NeuralEBMConfig(ProfileConfig):
-    """E3 (neural): an MLP energy on one-hot (prompt, y), trained full-batch by exact-partition MLE."""
+    """E3 (neural): an MLP energy on one-hot (prompt, y), trained by exact-partition MLE (cosine decay)."""
 
     hidden: int = Field(ge=1)
     steps: int = Field(ge=0)
     lr: float = Field(gt=0)
+    prompts_per_step: int | None = Field(
+        default=None, ge=1, description="prompts per step, drawn without replacement (None: every prompt); "
+                                        "each prompt's term keeps its exact partition")
 
 
 class PaperProfileConfig(ProfileConfig):

@@ -6,6 +6,7 @@ without Prefect; the Prefect tasks at the bottom wrap them for the flow.
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -85,15 +86,27 @@ def bound_study(bound: BoundConfig, toy: ToyConfig, seed: int) -> tuple[dict[str
             total += kls.size
             rows.append({"eps": eps, "T": horizon, "mean_kl": float(kls.mean()), "max_kl": float(kls.max()),
                          "bound": limit})
-    monotone = all(
-        all(a["mean_kl"] < b["mean_kl"] for a, b in zip(group, group[1:]))
-        for group in ([r for r in rows if r["eps"] == eps] for eps in bound.eps))
+    increases, pairs = horizon_increases(rows, bound.eps)
     metrics = {
         "e4_bound_violation_rate": violations / total,
         "e4_max_kl_over_bound": max(r["max_kl"] / r["bound"] for r in rows),
-        "e4_mean_kl_increases_with_T": float(monotone),
+        "e4_T_increases": float(increases),
+        "e4_T_pairs": float(pairs),
+        "e4_T_increase_rate": increases / pairs,
     }
     return metrics, rows
+
+
+def horizon_increases(rows: list[dict], eps_values: list[float]) -> tuple[int, int]:
+    """(increases, pairs): over every eps and every pair of adjacent horizons T < T', whether the mean KL
+    over draws grows from T to T' (the trials of claim C4b)."""
+    increases = pairs = 0
+    for eps in eps_values:
+        group = sorted((r for r in rows if r["eps"] == eps), key=lambda r: r["T"])
+        for a, b in zip(group, group[1:]):
+            pairs += 1
+            increases += int(b["mean_kl"] > a["mean_kl"])
+    return increases, pairs
 
 
 def shift_invariant_logit_error(q_hat: list[np.ndarray], q_star: list[np.ndarray]) -> float:
@@ -109,28 +122,62 @@ def shift_invariant_logit_error(q_hat: list[np.ndarray], q_star: list[np.ndarray
 # ------------------------------------------------------------------------------------------------
 
 def train_gpt2_arm(cfg: ArmEbmConfig, seed: int, target: np.ndarray,
-                   progress: Callable[[float, str], None] | None = None) -> tuple[torch.nn.Module, list[float]]:
-    """Teacher forcing on fresh exact samples of p_R at every step (the brief's exact-distribution
-    fallback: a fixed 20k-sample set cannot reach KL < 0.05 with ~30k parameters)."""
+                   progress: Callable[[float, str], None] | None = None
+                   ) -> tuple[torch.nn.Module, list[float], dict[str, float]]:
+    """Next-token prediction on the population cross-entropy E_{x, y ~ p_R}[-log p_q(y|x)].
+
+    Every step draws ``batch_size`` prefixes y_<T from p_R and scores the model's next-token law at each of
+    the T positions against the exact pi_R(.|s_t) (the brief's exact-distribution fallback, taken over the
+    next token): an unbiased estimate of the population cross-entropy whose gradient vanishes on every prefix
+    once p_q = p_R, so training is not held above the floor by label noise. The full enumeration (X V**(T-1)
+    inputs per step) costs about 400 times a 64-prefix step. Adam, linear warm-up, cosine decay over
+    ``steps``; stops early once the mean training KL estimate (loss minus the targets' entropy, unbiased for
+    KL(p_R || p_q)) of the last ``stop_window`` steps is <= ``stop_kl``.
+
+    Returns (model, per-step training cross-entropy estimates, training summary metrics).
+    """
     toy, g = cfg.toy, cfg.gpt2
     config = tiny_lm.tiny_gpt2_config(toy.vocab_size + toy.n_prompts, toy.horizon + 1, g.n_layer, g.n_head,
                                       g.n_embd)
+    config.initializer_range = g.init_std
+    # GPT-2's own activation (the tanh approximation of GELU) through torch's fused kernel instead of
+    # transformers' elementwise "gelu_new": the same function, a training step about 18% cheaper.
+    config.activation_function = "gelu_pytorch_tanh"
     model = tiny_lm.build_tiny_gpt2(config, seed=seed)
     rng = np.random.default_rng(30_000 + seed)
-
-    def sample_batch(_generator: torch.Generator) -> torch.Tensor:
-        samples = method.sample_sequences(target, g.batch_size, rng, toy.vocab_size)
-        return torch.as_tensor(method.training_sequences(samples, toy.vocab_size))
-
+    target_log_pi = method.next_token_log_probs(target, toy.vocab_size)
+    cdf = np.cumsum(np.exp(target), axis=1)
+    optimizer = torch.optim.Adam(model.parameters(), lr=g.lr, foreach=True)
+    warmup = max(1, g.warmup_steps)
+    schedule = torch.optim.lr_scheduler.LambdaLR(
+        optimizer, lambda s: min(1.0, (s + 1) / warmup) * 0.5 * (1 + math.cos(math.pi * s / max(1, g.steps))))
     every = max(1, g.steps // 10)
-
-    def on_step(step: int, loss: float) -> None:
+    losses: list[float] = []
+    kl_estimates: list[float] = []
+    model.train()
+    for step in range(g.steps):
+        samples = method.sample_sequences(target, g.batch_size, rng, toy.vocab_size, cdf=cdf)
+        ids, targets = method.prefix_inputs_and_targets(samples, target_log_pi, toy.vocab_size)
+        targets_t = torch.as_tensor(targets, dtype=torch.float32)
+        loss = method.population_cross_entropy(model(input_ids=torch.as_tensor(ids)).logits, targets_t,
+                                               toy.vocab_size)
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        optimizer.step()
+        schedule.step()
+        losses.append(float(loss.detach()))
+        kl_estimates.append(losses[-1] - method.mean_target_entropy(targets))
+        running = float(np.mean(kl_estimates[-g.stop_window:]))
         if progress is not None and (step + 1) % every == 0:
-            progress((step + 1) / g.steps, f"seed {seed}: GPT-2 step {step + 1}/{g.steps}, NLL {loss:.3f}")
-
-    losses = tiny_lm.train_causal_lm(model, sample_batch, g.steps, g.lr, seed, label_vocab=toy.vocab_size,
-                                     on_step=on_step)
-    return model, losses
+            progress((step + 1) / g.steps, f"seed {seed}: GPT-2 step {step + 1}/{g.steps}, KL estimate {running:.4f}")
+        if g.stop_kl is not None and len(kl_estimates) >= g.stop_window and running <= g.stop_kl:
+            break
+    model.eval()
+    summary = {"e2_gpt2_steps": float(len(losses)),
+               "e2_gpt2_final_train_kl_estimate": float(np.mean(kl_estimates[-g.stop_window:])) if losses
+               else float("nan")}
+    return model, losses, summary
 
 
 def entropy_per_sequence(logp: np.ndarray) -> float:
@@ -147,16 +194,18 @@ def evaluate_arms(toy: ToyConfig, seed: int, model: torch.nn.Module) -> tuple[di
         "exact": method.arm_log_probs(q_star),
         "myopic": method.arm_log_probs(method.myopic_arm(total)),
     }
-    q_gpt2 = method.prefix_tree_logits(method.gpt2_logits_fn(model.double()), toy.n_prompts, toy.vocab_size,
-                                       toy.horizon)
-    model.float()
+    # float32 forward passes (the logits are then handled in float64): the KLs measured here are >= 1e-4,
+    # far above float32 rounding of the logits (~1e-6); the float64 identities are E1's.
+    q_gpt2 = method.prefix_tree_logits(method.gpt2_logits_fn(model), toy.n_prompts, toy.vocab_size, toy.horizon)
     arms["gpt2"] = method.arm_log_probs(q_gpt2)
+    steps_kl = method.stepwise_kl(target, q_gpt2)
     kl = {name: float(method.kl_divergence(target, logp).mean()) for name, logp in arms.items()}
     tv = {name: float(method.first_token_tv(target, logp, toy.vocab_size).max()) for name, logp in arms.items()}
     eps_eff = shift_invariant_logit_error(q_gpt2, q_star)
     entropy = entropy_per_sequence(target)
     metrics = {
         "e2_kl_exact": kl["exact"], "e2_kl_myopic": kl["myopic"], "e2_kl_gpt2": kl["gpt2"],
+        "e2_kl_gpt2_last_step": float(steps_kl[-1]), "e2_kl_gpt2_lookahead": float(steps_kl[:-1].sum()),
         "e2_kl_ratio_myopic_over_gpt2": kl["myopic"] / max(kl["gpt2"], 1e-12),
         "e2_first_token_tv_gpt2": tv["gpt2"], "e2_first_token_tv_myopic": tv["myopic"],
         "e2_entropy_floor": entropy,
@@ -197,10 +246,14 @@ def neural_equivalence(cfg: ArmEbmConfig, seed: int, gpt2_cross_entropy: float) 
     toy, n = cfg.toy, cfg.neural_ebm
     _, total = method.toy_ebm_rewards(data.toy_spec(toy, seed))
     target = method.ebm_log_probs(method.sequence_energy(total))
-    ebm_logp, curve = method.fit_neural_ebm(target, toy.vocab_size, toy.horizon, n.hidden, n.steps, n.lr, seed)
+    ebm_logp, curve = method.fit_neural_ebm(target, toy.vocab_size, toy.horizon, n.hidden, n.steps, n.lr, seed,
+                                            n.prompts_per_step)
     entropy = entropy_per_sequence(target)
-    ebm_ce = entropy + float(method.kl_divergence(target, ebm_logp).mean())
-    return ({"e3_neural_ebm_cross_entropy": ebm_ce, "e3_neural_nll_gap": abs(ebm_ce - gpt2_cross_entropy)},
+    ebm_kl = float(method.kl_divergence(target, ebm_logp).mean())
+    kl_myopic = float(method.kl_divergence(target, method.arm_log_probs(method.myopic_arm(total))).mean())
+    ebm_ce = entropy + ebm_kl
+    return ({"e3_neural_ebm_cross_entropy": ebm_ce, "e3_neural_nll_gap": abs(ebm_ce - gpt2_cross_entropy),
+             "e3_neural_ebm_kl": ebm_kl, "e3_neural_ebm_kl_over_myopic": ebm_kl / kl_myopic},
             {"neural_ebm_nll": curve})
 
 
@@ -259,13 +312,16 @@ def run_seed(cfg: ArmEbmConfig, seed: int, data_dir: Path, model_dir: Path, devi
     tables: dict[str, Any] = {"e4_kl_vs_T": bound_rows}
     if cfg.gpt2 is not None:
         target = method.ebm_log_probs(data.energy_from_table(toy_frame, cfg.toy))
-        model, losses = train_gpt2_arm(cfg, seed, target, progress)
+        model, losses, train_summary = train_gpt2_arm(cfg, seed, target, progress)
         tiny_lm.save_model(model, model_dir / f"seed{seed}" / "gpt2_arm")
         curves["gpt2_train_nll"] = losses
+        timings["e2_gpt2_train"] = time.perf_counter() - start - sum(timings.values())
         eval_metrics, marginals = evaluate_arms(cfg.toy, seed, model)
-        metrics |= eval_metrics | {"e2_gpt2_final_train_nll": float(np.mean(losses[-max(1, len(losses) // 20):]))}
+        metrics |= eval_metrics | train_summary | {
+            "e2_gpt2_final_train_nll": float(np.mean(losses[-max(1, len(losses) // 20):])) if losses
+            else float("nan")}
         tables["first_token_marginals_prompt0"] = marginals
-        timings["e2_gpt2"] = time.perf_counter() - start - sum(timings.values())
+        timings["e2_gpt2_eval"] = time.perf_counter() - start - sum(timings.values())
         if cfg.neural_ebm is not None:
             neural, neural_curve = neural_equivalence(cfg, seed, metrics["e2_gpt2_cross_entropy"])
             metrics |= neural

@@ -55,7 +55,7 @@ def _moving_average(values: Sequence[float], width: int) -> np.ndarray:
 
 
 def nll_curves(results: Sequence[Mapping[str, Any]], path: Path) -> Path | None:
-    """Training curves: GPT-2's NLL above its own entropy floor H(p_R) (an estimate of KL, smoothed),
+    """Training curves: GPT-2's training cross-entropy above the entropy floor H(p_R) (an estimate of KL, smoothed),
     and the tabular ARM vs the tabular EBM on the same samples."""
     first = results[0]
     if "gpt2_train_nll" not in first["curves"] and "tabular_arm_nll" not in first["curves"]:
@@ -71,7 +71,7 @@ def nll_curves(results: Sequence[Mapping[str, Any]], path: Path) -> Path | None:
         ax.set_yscale("log")
         ax.set_xlabel("step")
         ax.set_ylabel("train NLL - H(p_R)  [nats/sequence]")
-        ax.set_title("GPT-2 ARM on exact samples (50-step mean)")
+        ax.set_title("GPT-2 ARM, population cross-entropy estimate (50-step mean)")
         ax.legend()
     ax = axes[0, 1]
     if "tabular_arm_nll" in first["curves"]:

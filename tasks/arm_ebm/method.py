@@ -331,10 +331,12 @@ def distillation_bound(horizon: int, eps: float) -> float:
 # ----------------------------------------------------------------------------------------------------
 
 
-def sample_sequences(logp: np.ndarray, n: int, rng: np.random.Generator, vocab_size: int) -> np.ndarray:
+def sample_sequences(logp: np.ndarray, n: int, rng: np.random.Generator, vocab_size: int,
+                     cdf: np.ndarray | None = None) -> np.ndarray:
     """Exact samples: x ~ Uniform(prompts), y ~ exp(logp[x]); returns int64 (n, 1 + T) = [x, y_1, ..., y_T].
 
-    ``vocab_size`` is required because V**T alone does not determine V (e.g. 2**4 = 4**2).
+    ``vocab_size`` is required because V**T alone does not determine V (e.g. 2**4 = 4**2). ``cdf`` is
+    ``np.cumsum(np.exp(logp), axis=1)`` precomputed by a caller that draws many batches (same draws).
     """
     logp = np.asarray(logp, dtype=np.float64)
     n_prompts, width = logp.shape
@@ -343,7 +345,8 @@ def sample_sequences(logp: np.ndarray, n: int, rng: np.random.Generator, vocab_s
         raise ValueError(f"width {width} is not a power of vocab_size {vocab_size}")
     prompts = rng.integers(0, n_prompts, size=n)
     uniforms = rng.random(n)
-    cdf = np.cumsum(np.exp(logp), axis=1)
+    if cdf is None:
+        cdf = np.cumsum(np.exp(logp), axis=1)
     index = np.empty(n, dtype=np.int64)
     for x in range(n_prompts):
         rows = prompts == x
@@ -533,34 +536,160 @@ def one_hot_sequences(n_prompts: int, vocab_size: int, horizon: int) -> torch.Te
 
 
 def fit_neural_ebm(target_logp: np.ndarray, vocab_size: int, horizon: int, hidden: int, steps: int, lr: float,
-                   seed: int = 0) -> tuple[np.ndarray, list[float]]:
-    """MLP energy E_theta(x, y) on one-hot inputs, p_theta(y|x) = softmax_y E_theta(x, .), trained by full-batch
-    Adam on the exact population NLL  -mean_x sum_y p_R(y|x) log p_theta(y|x)  (partition by enumeration).
+                   seed: int = 0, prompts_per_step: int | None = None) -> tuple[np.ndarray, list[float]]:
+    """MLP energy E_theta(x, y) on one-hot inputs, p_theta(y|x) = softmax_y E_theta(x, .), trained by Adam (cosine
+    decay) on the exact population NLL  -mean_x sum_y p_R(y|x) log p_theta(y|x)  (partition by enumeration).
 
     This is the EBM side of the supervised equivalence: the same objective as the ARM's teacher-forcing NLL
-    under p_R (cross-entropy H(p_R, p_theta)). Returns (log p_theta as (X, V**T) float64, NLL curve).
+    under p_R (cross-entropy H(p_R, p_theta)). ``prompts_per_step`` (default: every prompt) draws that many
+    prompts per step without replacement: the per-prompt term stays exact (its partition over every y), the
+    step's loss is an unbiased estimate of the mean over prompts, and a step costs that fraction of a full one.
+    Returns (log p_theta as (X, V**T) float64, curve) where curve[k] is step k's loss (over its prompts).
     """
     target_logp = np.asarray(target_logp, dtype=np.float64)
     n_prompts = target_logp.shape[0]
-    inputs = one_hot_sequences(n_prompts, vocab_size, horizon)
+    per_step = n_prompts if prompts_per_step is None else prompts_per_step
+    if not 1 <= per_step <= n_prompts:
+        raise ValueError(f"prompts_per_step must be in [1, {n_prompts}], got {prompts_per_step}")
+    inputs = one_hot_sequences(n_prompts, vocab_size, horizon).reshape(n_prompts, vocab_size**horizon, -1)
     with torch_init_seed(seed):  # parallel seeds share torch's global generator
         energy_net = torch.nn.Sequential(
-            torch.nn.Linear(inputs.shape[1], hidden), torch.nn.SiLU(),
+            torch.nn.Linear(inputs.shape[-1], hidden), torch.nn.SiLU(),
             torch.nn.Linear(hidden, hidden), torch.nn.SiLU(),
             torch.nn.Linear(hidden, 1),
         )
     weights = torch.as_tensor(np.exp(target_logp), dtype=torch.float32)
     optimizer = torch.optim.Adam(energy_net.parameters(), lr=lr)
     schedule = torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, T_max=max(1, steps))
+    generator = torch.Generator().manual_seed(40_000 + seed)
     curve: list[float] = []
     for _ in range(steps):
-        log_p = torch.log_softmax(energy_net(inputs).reshape(n_prompts, -1), dim=1)
-        loss = -(weights * log_p).sum(dim=1).mean()
+        rows = (torch.arange(n_prompts) if per_step == n_prompts
+                else torch.randperm(n_prompts, generator=generator)[:per_step])
+        log_p = torch.log_softmax(energy_net(inputs[rows]).squeeze(-1), dim=1)
+        loss = -(weights[rows] * log_p).sum(dim=1).mean()
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         optimizer.step()
         schedule.step()
         curve.append(float(loss.detach()))
     with torch.no_grad():
-        log_p = torch.log_softmax(energy_net(inputs).reshape(n_prompts, -1).double(), dim=1)
+        log_p = torch.log_softmax(energy_net(inputs).squeeze(-1).double(), dim=1)
     return log_p.numpy(), curve
+
+
+# ----------------------------------------------------------------------------------------------------
+# Population cross-entropy of a causal ARM under p_R (the GPT-2's training objective)
+# ----------------------------------------------------------------------------------------------------
+
+
+def conditional_log_probs(q: Sequence[np.ndarray]) -> Tables:
+    """log pi(a|s) = log softmax_a q_t(s, a) at every prefix-tree node: T arrays of shape (X, V**t, V)."""
+    return [log_softmax(np.asarray(table, dtype=np.float64), axis=-1) for table in q]
+
+
+def next_token_log_probs(logp: np.ndarray, vocab_size: int) -> Tables:
+    """log p(a | s_t) = log p(s_t (+) a | x) - log p(s_t | x) of a sequence distribution (X, V**T), as T prefix-tree
+    tables of shape (X, V**t, V); -inf where the prefix has no mass. For p_R it equals log softmax q* (C1)."""
+    marginals = prefix_marginals(logp, vocab_size)
+    n_prompts = marginals[0].shape[0]
+    out = []
+    with np.errstate(divide="ignore", invalid="ignore"):
+        for t in range(len(marginals) - 1):
+            parent = np.log(marginals[t])[..., None]
+            child = np.log(marginals[t + 1]).reshape(n_prompts, vocab_size**t, vocab_size)
+            out.append(np.where(np.isfinite(parent), child - parent, -np.inf))
+    return out
+
+
+def prefix_inputs_and_targets(samples: np.ndarray, target_log_pi: Sequence[np.ndarray], vocab_size: int
+                              ) -> tuple[np.ndarray, np.ndarray]:
+    """GPT-2 inputs [V + x, y_1, ..., y_{T-1}] (int64, (n, T)) and, at each position t, the target's whole
+    next-token law pi_R(.|s_t) (float64, (n, T, V)), for sequences ``samples`` = [x, y_1, ..., y_T] (only the
+    prefix y_<T is used, so samples of length >= T work).
+
+    With these soft targets the per-sequence loss of :func:`population_cross_entropy` is
+    sum_t CE(pi_R(.|s_t), pi_q(.|s_t)), the exact expectation over every next token given the prefix.
+    """
+    samples = np.asarray(samples, dtype=np.int64)
+    n_prompts, _, horizon = _dims(target_log_pi)
+    if samples.shape[1] < horizon:
+        raise ValueError(f"samples need a prompt and at least T - 1 = {horizon - 1} tokens")
+    prompts, tokens = samples[:, 0], samples[:, 1:horizon]
+    ids = np.concatenate([prompt_token(prompts, vocab_size)[:, None], tokens], axis=1)
+    targets = np.stack([np.exp(target_log_pi[t][prompts, sequence_index(tokens[:, :t], vocab_size)])
+                        for t in range(horizon)], axis=1)
+    return ids, targets
+
+
+def all_prefixes(n_prompts: int, vocab_size: int, horizon: int) -> np.ndarray:
+    """Every (x, y_1..y_{T-1}) as rows [x, y_1, ..., y_{T-1}] (int64, (X * V**(T-1), T)), prompt-major."""
+    tails = index_to_tokens(np.arange(vocab_size ** (horizon - 1)), vocab_size, horizon - 1)
+    prompts = np.repeat(np.arange(n_prompts), len(tails))
+    return np.concatenate([prompts[:, None], np.tile(tails, (n_prompts, 1))], axis=1)
+
+
+def prefix_weights(prefixes: np.ndarray, target_logp: np.ndarray, vocab_size: int) -> np.ndarray:
+    """p_R(y_<T | x) / X for rows [x, y_1..y_{T-1}]: the weight that makes a sum over :func:`all_prefixes`
+    the expectation over x ~ Uniform(prompts), y ~ p_R(.|x) (float64, (n,))."""
+    prefixes = np.asarray(prefixes, dtype=np.int64)
+    n_prompts = target_logp.shape[0]
+    marginal = np.exp(target_logp).reshape(n_prompts, -1, vocab_size).sum(axis=2)  # p_R(y_<T | x)
+    return marginal[prefixes[:, 0], sequence_index(prefixes[:, 1:], vocab_size)] / n_prompts
+
+
+def population_cross_entropy(logits: torch.Tensor, targets: torch.Tensor, vocab_size: int,
+                             weights: torch.Tensor | None = None) -> torch.Tensor:
+    """sum_i w_i sum_t CE(targets[i, t], softmax(logits[i, t, :V])); w = 1/n when ``weights`` is None.
+
+    With the rows of :func:`all_prefixes` weighted by :func:`prefix_weights` this is exactly the population
+    cross-entropy E_{x, y ~ p_R}[-log p_q(y|x)] = H(p_R) + KL(p_R || p_q) (chain rule over the prefix tree);
+    with prefixes sampled from p_R and w = 1/n it is an unbiased estimate of it whose gradient vanishes at
+    p_q = p_R on every sampled prefix (no label noise at the floor).
+    """
+    log_q = torch.log_softmax(logits[..., :vocab_size], dim=-1)
+    per_row = -(targets * log_q).sum(dim=(1, 2))
+    if weights is None:
+        return per_row.mean()
+    return (weights * per_row).sum()
+
+
+def prefix_marginals(logp: np.ndarray, vocab_size: int) -> Tables:
+    """p(s_t | x) for every prefix of length t = 0..T: T + 1 arrays of shape (X, V**t) (float64)."""
+    prob = np.exp(np.asarray(logp, dtype=np.float64))
+    n_prompts, width = prob.shape
+    levels, size = [], 1
+    while size <= width:
+        levels.append(prob.reshape(n_prompts, size, width // size).sum(axis=2))
+        size *= vocab_size
+    return levels
+
+
+def stepwise_kl(target_logp: np.ndarray, q: Sequence[np.ndarray]) -> np.ndarray:
+    """Expected next-token KL at each step, averaged over prompts: shape (T,), entry t is
+    mean_x sum_{s_t} p_R(s_t|x) KL(pi_R(.|s_t) || softmax q_t(s_t, .)).
+
+    By the chain rule the entries sum to KL(p_R || p_q) (``kl_divergence(...).mean()``). Entry T - 1 is the
+    last step, where every term of R is visible and no lookahead is needed; entries t < T - 1 need V(next).
+    """
+    n_prompts, vocab, horizon = _dims(q)
+    marginals = prefix_marginals(target_logp, vocab)
+    out = np.empty(horizon)
+    for t in range(horizon):
+        mass = marginals[t]  # (X, V**t)
+        child = marginals[t + 1].reshape(n_prompts, vocab**t, vocab)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            pi = np.where(mass[..., None] > 0, child / mass[..., None], 0.0)
+            log_pi = np.where(pi > 0, np.log(pi), 0.0)
+        log_q = log_softmax(np.asarray(q[t], dtype=np.float64), axis=-1)
+        out[t] = float((mass * np.sum(np.where(pi > 0, pi * (log_pi - log_q), 0.0), axis=-1)).sum(axis=1).mean())
+    return out
+
+
+def mean_target_entropy(targets: np.ndarray) -> float:
+    """Mean over rows of sum_t H(targets[i, t]) for next-token laws of shape (n, T, V): the entropy floor of
+    :func:`population_cross_entropy` on those rows (0 log 0 = 0)."""
+    targets = np.asarray(targets, dtype=np.float64)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        terms = np.where(targets > 0, -targets * np.log(targets), 0.0)
+    return float(terms.sum(axis=(1, 2)).mean())

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from tasks.arm_ebm import data, experiment, method
-from tasks.arm_ebm.config import ToyConfig
+from tasks.arm_ebm.config import ArmEbmConfig, BoundConfig, ToyConfig
 from tasks.common import tiny_lm
 
 
@@ -98,3 +98,50 @@ def test_hub_telescoping_on_a_local_stand_in(tmp_path):
     metrics = experiment.hub_telescoping(hub, seed=0, device="cpu")
     assert metrics["hub_telescoping_error"] < 1e-10
     assert metrics["hub_mean_log_prob"] < 0
+
+
+def test_horizon_increases_counts_adjacent_pairs():
+    rows = [{"eps": e, "T": t, "mean_kl": kl} for e, t, kl in [
+        (0.1, 3, 0.30), (0.1, 2, 0.20), (0.1, 4, 0.25),  # 2 -> 3 up, 3 -> 4 down (rows out of order)
+        (0.2, 2, 0.50), (0.2, 3, 0.60), (0.2, 4, 0.70)]]
+    assert experiment.horizon_increases(rows, [0.1, 0.2]) == (3, 4)
+    assert experiment.horizon_increases(rows, [0.2]) == (2, 2)
+
+
+def test_bound_study_emits_the_c4b_counts():
+    bound = BoundConfig(eps=[0.05, 0.2], horizons=[2, 3, 4], draws=5, vocab_size=3, n_prompts=2)
+    metrics, rows = experiment.bound_study(bound, ToyConfig(vocab_size=3, horizon=4, n_prompts=2), seed=0)
+    assert metrics["e4_T_pairs"] == 4.0 and len(rows) == 6
+    assert metrics["e4_T_increase_rate"] == metrics["e4_T_increases"] / 4.0
+    assert 0 <= metrics["e4_T_increases"] <= 4
+
+
+def _gpt2_config(**gpt2):
+    base = {"n_layer": 1, "n_head": 2, "n_embd": 16, "steps": 60, "batch_size": 32, "lr": 1e-2,
+            "warmup_steps": 5}
+    return ArmEbmConfig(toy=ToyConfig(vocab_size=2, horizon=3, n_prompts=2),
+                        bound=BoundConfig(eps=[0.1], horizons=[2, 3], draws=1, vocab_size=2, n_prompts=2),
+                        gpt2=base | gpt2)
+
+
+def test_train_gpt2_arm_learns_and_stops_at_the_floor():
+    target = small_target()
+    cfg = _gpt2_config()
+    model, losses, summary = experiment.train_gpt2_arm(cfg, 0, target)
+    assert len(losses) == 60 and summary["e2_gpt2_steps"] == 60.0
+    q = method.prefix_tree_logits(method.gpt2_logits_fn(model), 2, 2, 3)
+    kl = method.kl_divergence(target, method.arm_log_probs(q)).mean()
+    untrained = tiny_lm.build_tiny_gpt2(tiny_lm.tiny_gpt2_config(4, 4, 1, 2, 16), seed=0)
+    q0 = method.prefix_tree_logits(method.gpt2_logits_fn(untrained), 2, 2, 3)
+    assert kl < 0.5 * method.kl_divergence(target, method.arm_log_probs(q0)).mean()
+    # The losses estimate H(p_R) + KL: their tail sits near the floor plus the model's KL.
+    entropy = experiment.entropy_per_sequence(target)
+    assert abs(np.mean(losses[-10:]) - (entropy + kl)) < 0.1
+    # Early stop once the running KL estimate is <= stop_kl: a huge stop_kl stops after one window.
+    _, losses_stop, summary_stop = experiment.train_gpt2_arm(_gpt2_config(stop_kl=100.0, stop_window=7), 0, target)
+    assert len(losses_stop) == 7 and summary_stop["e2_gpt2_steps"] == 7.0
+    assert losses_stop == losses[:7]  # same draws and updates up to the stop
+    # The init scale is the config's (GPT2Config.initializer_range).
+    wide, _, _ = experiment.train_gpt2_arm(_gpt2_config(steps=0, init_std=0.5), 0, target)
+    assert wide.config.initializer_range == 0.5
+    assert float(wide.transformer.wte.weight.detach().std()) > 0.3

@@ -402,3 +402,127 @@ def test_prefix_tree_logits_reproduces_table(batch_size: int) -> None:
             for i in range(vocab**t):
                 last = vocab + x if t == 0 else i % vocab  # BOS_x at t = 0, else the last prefix token y_t
                 np.testing.assert_array_equal(q[t][x, i], table_np[t, last, :vocab])
+
+
+# ----------------------------------------------------------------------------------------------------
+# 11. The GPT-2's training objective: the exact population cross-entropy over the prefix tree
+# ----------------------------------------------------------------------------------------------------
+
+
+def test_population_cross_entropy_hand_value() -> None:
+    # One row, one position, V = 2: target (1/4, 3/4), logits (0, log 3) -> softmax = target, so the loss is
+    # the target's entropy H = -(1/4 log 1/4 + 3/4 log 3/4); uniform logits give log 2 whatever the target.
+    targets = torch.tensor([[[0.25, 0.75]]], dtype=torch.float64)
+    entropy = -(0.25 * math.log(0.25) + 0.75 * math.log(0.75))
+    logits = torch.tensor([[[0.0, math.log(3.0), 9.0]]], dtype=torch.float64)  # a third id beyond V is ignored
+    assert float(m.population_cross_entropy(logits, targets, 2)) == pytest.approx(entropy, abs=1e-15)
+    assert m.mean_target_entropy(targets.numpy()) == pytest.approx(entropy, abs=1e-15)
+    assert float(m.population_cross_entropy(torch.zeros(1, 1, 2, dtype=torch.float64), targets, 2)) == (
+        pytest.approx(math.log(2.0), abs=1e-15))
+
+
+def test_population_cross_entropy_equals_brute_force_sum(monkeypatch) -> None:
+    """Every prefix of the tree weighted by p_R gives exactly E_{x, y ~ p_R}[-log p_q(y|x)], computed here
+    independently: one forward pass per full sequence, teacher-forcing NLL summed with weights p_R(y|x)/X."""
+    vocab, horizon, n_prompts = 3, 3, 2
+    _, total = m.toy_ebm_rewards(m.ToyEBMSpec(vocab, horizon, n_prompts, seed=4))
+    logp_r = m.ebm_log_probs(m.sequence_energy(total))
+    model = _tiny_gpt2(vocab, n_prompts)
+
+    def exact_loss() -> float:
+        prefixes = m.all_prefixes(n_prompts, vocab, horizon)
+        ids, targets = m.prefix_inputs_and_targets(prefixes, m.next_token_log_probs(logp_r, vocab), vocab)
+        weights = torch.as_tensor(m.prefix_weights(prefixes, logp_r, vocab))
+        with torch.no_grad():
+            logits = model(input_ids=torch.as_tensor(ids)).logits
+        return float(m.population_cross_entropy(logits, torch.as_tensor(targets), vocab, weights))
+
+    brute = 0.0
+    for x in range(n_prompts):
+        for index in range(vocab**horizon):
+            ids = torch.as_tensor([[vocab + x, *m.index_to_tokens(index, vocab, horizon)]])
+            with torch.no_grad():
+                nll = float(m.teacher_forcing_nll(model(input_ids=ids[:, :-1]).logits, ids, vocab)[0])
+            brute += math.exp(logp_r[x, index]) * nll / n_prompts
+    loss = exact_loss()
+    assert loss == pytest.approx(brute, rel=0, abs=1e-12)
+    # It is H(p_R) + KL(p_R || p_q), the KL read off the prefix-tree tables of the same model.
+    q = m.prefix_tree_logits(m.gpt2_logits_fn(model), n_prompts, vocab, horizon)
+    entropy = float(-(np.exp(logp_r) * logp_r).sum(axis=1).mean())
+    assert loss == pytest.approx(entropy + m.kl_divergence(logp_r, m.arm_log_probs(q)).mean(), abs=1e-12)
+    # Negative controls: equal weights over prefixes, or the myopic ARM's next-token laws as targets.
+    prefixes = m.all_prefixes(n_prompts, vocab, horizon)
+    ids, targets = m.prefix_inputs_and_targets(prefixes, m.next_token_log_probs(logp_r, vocab), vocab)
+    with torch.no_grad():
+        logits = model(input_ids=torch.as_tensor(ids)).logits
+    unweighted = float(m.population_cross_entropy(logits, torch.as_tensor(targets), vocab))
+    assert abs(unweighted - brute) > 1e-3
+    myopic = m.conditional_log_probs(m.myopic_arm(total))
+    monkeypatch.setattr(m, "next_token_log_probs", lambda logp, v: myopic)
+    assert abs(exact_loss() - brute) > 1e-3
+
+
+def test_prefix_weights_and_targets_layout() -> None:
+    vocab, horizon, n_prompts = 2, 3, 2
+    _, total = m.toy_ebm_rewards(m.ToyEBMSpec(vocab, horizon, n_prompts, seed=0))
+    logp_r = m.ebm_log_probs(m.sequence_energy(total))
+    prefixes = m.all_prefixes(n_prompts, vocab, horizon)
+    assert prefixes.shape == (n_prompts * vocab ** (horizon - 1), horizon)
+    np.testing.assert_array_equal(prefixes[5], [1, 0, 1])  # prompt-major, then base-V order
+    weights = m.prefix_weights(prefixes, logp_r, vocab)
+    assert weights.sum() == pytest.approx(1.0, abs=1e-14)
+    # Row [x=1, 0, 1]: p_R(y_1 = 0, y_2 = 1 | x = 1) / X = (p(010) + p(011)) / 2.
+    p = np.exp(logp_r)
+    assert weights[5] == pytest.approx((p[1, 2] + p[1, 3]) / 2, abs=1e-15)
+    ids, targets = m.prefix_inputs_and_targets(prefixes, m.next_token_log_probs(logp_r, vocab), vocab)
+    np.testing.assert_array_equal(ids[5], [vocab + 1, 0, 1])
+    # Position 2 of that row: p(y_3 | x = 1, 0, 1) = (p(010), p(011)) / (p(010) + p(011)).
+    np.testing.assert_allclose(targets[5, 2], p[1, 2:4] / p[1, 2:4].sum(), rtol=0, atol=1e-15)
+    np.testing.assert_allclose(targets.sum(axis=2), 1.0, atol=1e-14)
+    # Full samples [x, y_1..y_T] give the same rows as their prefixes.
+    full = np.concatenate([prefixes, np.zeros((len(prefixes), 1), dtype=np.int64)], axis=1)
+    ids_full, targets_full = m.prefix_inputs_and_targets(full, m.next_token_log_probs(logp_r, vocab), vocab)
+    np.testing.assert_array_equal(ids_full, ids)
+    np.testing.assert_array_equal(targets_full, targets)
+
+
+def test_stepwise_kl_sums_to_kl_and_splits_off_the_last_step() -> None:
+    vocab, horizon, n_prompts = 3, 4, 2
+    local, total = m.toy_ebm_rewards(m.ToyEBMSpec(vocab, horizon, n_prompts, seed=2))
+    logp_r = m.ebm_log_probs(m.sequence_energy(total))
+    q = _random_q(n_prompts, vocab, horizon, seed=3)
+    steps = m.stepwise_kl(logp_r, q)
+    assert steps.shape == (horizon,) and np.all(steps >= 0)
+    assert steps.sum() == pytest.approx(m.kl_divergence(logp_r, m.arm_log_probs(q)).mean(), abs=1e-12)
+    # The myopic ARM sees every term of R at the last step: its last-step KL is 0, all its error is lookahead.
+    myopic = m.stepwise_kl(logp_r, m.myopic_arm(total))
+    assert myopic[-1] < 1e-14 and myopic[:-1].sum() > 0.1
+    # q* has no error anywhere.
+    assert np.max(m.stepwise_kl(logp_r, m.soft_bellman(total)[0])) < 1e-14
+    # Hand case: V = 2, T = 1, p = (1/4, 3/4), q uniform: KL = log 2 - H(1/4).
+    hand = m.stepwise_kl(np.log([[0.25, 0.75]]), [np.zeros((1, 1, 2))])
+    assert hand[0] == pytest.approx(math.log(2) + 0.25 * math.log(0.25) + 0.75 * math.log(0.75), abs=1e-15)
+
+
+def test_sample_sequences_with_precomputed_cdf_gives_the_same_draws() -> None:
+    _, total = m.toy_ebm_rewards(m.ToyEBMSpec(3, 3, 2))
+    logp = m.ebm_log_probs(m.sequence_energy(total))
+    cdf = np.cumsum(np.exp(logp), axis=1)
+    a = m.sample_sequences(logp, 500, np.random.default_rng(9), 3)
+    b = m.sample_sequences(logp, 500, np.random.default_rng(9), 3, cdf=cdf)
+    np.testing.assert_array_equal(a, b)
+
+
+def test_neural_ebm_prompt_subsampling() -> None:
+    _, total = m.toy_ebm_rewards(m.ToyEBMSpec(2, 3, 4, seed=0))
+    logp_r = m.ebm_log_probs(m.sequence_energy(total))
+    full, curve_full = m.fit_neural_ebm(logp_r, 2, 3, hidden=8, steps=5, lr=1e-2, seed=0)
+    every, curve_every = m.fit_neural_ebm(logp_r, 2, 3, hidden=8, steps=5, lr=1e-2, seed=0, prompts_per_step=4)
+    np.testing.assert_array_equal(full, every)  # all prompts per step is the full-batch fit
+    assert curve_full == curve_every
+    sub, curve_sub = m.fit_neural_ebm(logp_r, 2, 3, hidden=8, steps=5, lr=1e-2, seed=0, prompts_per_step=1)
+    assert len(curve_sub) == 5 and sub.shape == logp_r.shape and not np.array_equal(sub, full)
+    np.testing.assert_allclose(m.logsumexp(sub, axis=1), 0.0, atol=1e-12)
+    for bad in (0, 5):
+        with pytest.raises(ValueError, match="prompts_per_step"):
+            m.fit_neural_ebm(logp_r, 2, 3, hidden=8, steps=1, lr=1e-2, prompts_per_step=bad)
