@@ -50,12 +50,16 @@ NOT_REPRODUCED = "not reproduced"
 INCONCLUSIVE = "inconclusive"
 UNDECIDED = "undecided"
 NOT_TESTABLE = "not testable at this profile"
+# A claim with no check at all: its numbers are shown (see its note), no verdict is drawn, and it is
+# not counted among the empirical claims.
+REPORT_ONLY = "report only"
 VERIFIED = "verified"
 VERIFICATION_FAILED = "verification failed"
 # An identity or reference with no run-time value: the named unit test (run by `make test`) checks it.
 UNIT_TESTED = "checked by unit test"
 # Verdicts of the claims the report counts (empirical and mechanism), in display order.
 VERDICTS = (REPRODUCED, NOT_REPRODUCED, INCONCLUSIVE, UNDECIDED, NOT_TESTABLE)
+DECIDABLE = (REPRODUCED, NOT_REPRODUCED, INCONCLUSIVE, UNDECIDED)
 VERIFICATION_VERDICTS = (VERIFIED, VERIFICATION_FAILED, UNIT_TESTED, NOT_TESTABLE)
 COUNTED_KINDS = ("empirical", "mechanism")
 VERIFICATION_KINDS = ("identity", "reference")
@@ -131,11 +135,15 @@ class _Measured(BaseModel):
 
 
 class Precondition(_Measured):
-    """What the test bed must show before the claim can be decided (stated before the run)."""
+    """What the test bed must show before the claim can be decided.
+
+    Written before the run that decides the claim; ``post_hoc: true`` marks one added after its
+    results were seen, and the tables say so (a reader weighs it accordingly)."""
 
     metric: str
     check: Check
     why: str
+    post_hoc: bool = False
 
 
 class Claim(_Measured):
@@ -387,6 +395,7 @@ def _precondition_row(pre: Precondition, per_seed: Mapping[int, Mapping[str, flo
     est = estimate(pre, per_seed)
     met = est.has_interval and verdict_for(pre.check, est.low, est.high) == REPRODUCED
     return {"metric": pre.metric, "check": pre.check.describe(), "interval": pre.interval, "why": pre.why,
+            "post_hoc": pre.post_hoc,
             "mean": _none_if_nan(est.mean), "ci_low": _none_if_nan(est.low), "ci_high": _none_if_nan(est.high),
             "met": met}
 
@@ -427,7 +436,10 @@ def evaluate_claim(claim: Claim, per_seed: Mapping[int, Mapping[str, float]], pr
     if claim.check is None and claim.kind in VERIFICATION_KINDS:
         row["verdict"] = UNIT_TESTED
         return row
-    if claim.check is None or profile not in claim.profiles:
+    if claim.check is None:
+        row["verdict"] = REPORT_ONLY
+        return row
+    if profile not in claim.profiles:
         row["verdict"] = NOT_TESTABLE
         return row
     _require_metrics(claim, per_seed)
@@ -539,8 +551,9 @@ def preconditions_markdown(rows: Sequence[Mapping[str, Any]]) -> str:
     for row in rows:
         for pre in row.get("preconditions", []):
             state = "met" if pre["met"] else "NOT met"
-            ours = format_ours(pre)
-            lines.append(f"- {row['id']}: `{pre['metric']}` {pre['check']} ({pre['why']}): {ours}, {state}")
+            when = " **post hoc** (added after results were seen)" if pre.get("post_hoc") else ""
+            lines.append(f"- {row['id']}: `{pre['metric']}` {pre['check']} ({pre['why']}){when}: "
+                         f"{format_ours(pre)}, {state}")
     return "\n".join(lines) + ("\n" if lines else "")
 
 
@@ -552,7 +565,7 @@ def write_claims(rows: Sequence[Mapping[str, Any]], out_dir: str | Path, title: 
     body = f"# {title}\n\nProfile: `{rows[0]['profile'] if rows else '-'}`\n\n## Claims\n\n" + claims_markdown(counted)
     pre = preconditions_markdown(counted)
     if pre:
-        body += "\n### Preconditions (stated before the run)\n\n" + pre
+        body += "\n### Preconditions (stated before the run unless marked post hoc)\n\n" + pre
     if verification:
         body += ("\n## Verification (identities and references; verified by unit tests, never counted as "
                  "reproduced)\n\n" + verification_markdown(verification))

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from tasks.common.claims import (
+    REPORT_ONLY,
     VERDICTS,
     VERIFICATION_KINDS,
     VERIFIED,
@@ -30,7 +31,7 @@ RULE = ("Verdict rule: a 95% interval that fits the metric (t-interval on the me
         "with the seeds the observed mean and spread would need to decide. `undecided`: a precondition of the "
         "test bed, stated before the run, was not met. Only `empirical` claims count as reproduced; "
         "`mechanism` checks (of the project's own reconstruction) are counted apart; identities and "
-        "references are verified by unit tests and never counted.")
+        "references are verified by unit tests and never counted; `report only` rows show numbers without a check.")
 
 
 def collect_rows(reports_dir: Path, papers: list[str]) -> dict[str, list[dict[str, Any]]]:
@@ -49,11 +50,12 @@ def verdict_counts(rows: list[dict[str, Any]], kind: str | tuple[str, ...] = "em
 def _summary_cells(rows: list[dict[str, Any]]) -> list[str]:
     empirical = verdict_counts(rows)
     mechanism = verdict_counts(rows, "mechanism")
+    report_only = empirical.pop(REPORT_ONLY, 0) + mechanism.pop(REPORT_ONLY, 0)
     verification = [r for r in rows if r.get("kind") in VERIFICATION_KINDS]
     n_verified = sum(r["verdict"] == VERIFIED for r in verification)
     return ([str(sum(empirical.values()))] + [str(empirical.get(v, 0)) for v in VERDICTS]
             + [f"{mechanism.get('reproduced', 0)} / {sum(mechanism.values())}",
-               f"{n_verified} / {len(verification)}"])
+               f"{n_verified} / {len(verification)}", str(report_only)])
 
 
 def build_index(papers: list[str], reports_dir: Path | None = None) -> tuple[Path, Path]:
@@ -63,8 +65,8 @@ def build_index(papers: list[str], reports_dir: Path | None = None) -> tuple[Pat
     counted = [r for r in all_rows if is_counted(r)]
     md = ["# Claimed vs reproduced", "", RULE, "",
           "| paper | profile | empirical claims | " + " | ".join(VERDICTS)
-          + " | mechanism (reproduced / all) | verification (verified / all) |",
-          "|---|---|---|" + "---|" * (len(VERDICTS) + 2)]
+          + " | mechanism (reproduced / all) | verification (verified / all) | report only |",
+          "|---|---|---|" + "---|" * (len(VERDICTS) + 3)]
     for slug, rows in by_paper.items():
         profile = rows[0]["profile"] if rows else "not run"
         md.append(f"| [{slug}]({slug}/claims.md) | {profile} | " + " | ".join(_summary_cells(rows)) + " |")

@@ -14,6 +14,7 @@ from tasks.common.claims import (
     INCONCLUSIVE,
     NOT_REPRODUCED,
     NOT_TESTABLE,
+    REPORT_ONLY,
     REPRODUCED,
     UNDECIDED,
     UNIT_TESTED,
@@ -150,7 +151,8 @@ def test_log_ratio_claim_decides_where_the_arithmetic_interval_cannot():
 
 
 def test_preconditions_gate_the_verdict():
-    pre = {"metric": "baseline_drop", "check": {"op": ">=", "value": 2.0}, "why": "the baseline must degrade"}
+    pre = {"metric": "baseline_drop", "check": {"op": ">=", "value": 2.0}, "why": "the baseline must degrade",
+           "post_hoc": True}
     c = claim(preconditions=[pre])
     met = {0: {"m": 2.0, "baseline_drop": 3.0}, 1: {"m": 2.2, "baseline_drop": 3.5}, 2: {"m": 1.9, "baseline_drop": 4}}
     assert evaluate_claim(c, met, "cpu", "p")["verdict"] == REPRODUCED
@@ -159,6 +161,7 @@ def test_preconditions_gate_the_verdict():
     assert row["verdict"] == UNDECIDED
     assert "precondition not met: baseline_drop >= 2" in row["note"] and "must degrade" in row["note"]
     assert row["preconditions"][0]["met"] is False and row["mean"] == pytest.approx(2.0333, abs=1e-4)
+    assert row["preconditions"][0]["post_hoc"] is True
     # a precondition whose own interval straddles its threshold is not met either
     straddle = {s: m | {"baseline_drop": v} for (s, m), v in zip(met.items(), [1.0, 3.0, 2.2])}
     assert evaluate_claim(c, straddle, "cpu", "p")["verdict"] == UNDECIDED
@@ -225,7 +228,7 @@ def test_profiles_and_missing_metrics():
     claims = [claim(), Claim(id="B", claim="b", kind="empirical", source="s", fidelity="paper-text")]
     per_seed = seeds_of([2.0, 2.1, 1.9])
     rows = evaluate_claims(claims, per_seed, "cpu", "paper")
-    assert [r["verdict"] for r in rows] == [REPRODUCED, NOT_TESTABLE]
+    assert [r["verdict"] for r in rows] == [REPRODUCED, REPORT_ONLY]
     assert rows[0]["per_seed"] == {0: 2.0, 1: 2.1, 2: 1.9}
     assert evaluate_claims(claims, per_seed, "smoke", "paper")[0]["verdict"] == NOT_TESTABLE
     with pytest.raises(KeyError, match="metric 'm' missing"):
@@ -245,22 +248,23 @@ def test_a_claims_file_of_every_kind_reaches_the_right_tables(tmp_path):
 - {id: I, kind: identity, claim: ident, source: s, metric: e, check: {op: '<=', value: 1.0e-8}, profiles: [cpu],
    fidelity: paper-text, verified_by: 'tests/unit/test_x.py::test_i'}
 - {id: R, kind: reference, claim: ref, source: s, fidelity: reconstructed, verified_by: 'tests/unit/test_x.py::test_r'}
+- {id: O, kind: empirical, claim: shown only, source: s, fidelity: reconstructed, note: "read m"}
 """)
     per_seed = {s: {"m": v, "b": 1.0 + 0.1 * s, "e": 0.0} for s, v in enumerate([2.0, 2.5, 3.0])}
     rows = evaluate_claims(load_claims(path), per_seed, "cpu", "paperX")
     assert {r["id"]: r["verdict"] for r in rows} == {"E": REPRODUCED, "M": REPRODUCED, "I": VERIFIED,
-                                                     "R": UNIT_TESTED}
+                                                     "R": UNIT_TESTED, "O": REPORT_ONLY}
     write_claims(rows, tmp_path / "out" / "paperX", "Paper X")
     md = (tmp_path / "out" / "paperX" / "claims.md").read_text()
     claims_part, verification_part = md.split("## Verification")
     assert "| E | empirical" in claims_part and "| M | mechanism" in claims_part
     assert "| I |" not in claims_part and "| I | identity" in verification_part
     assert "tests/unit/test_x.py::test_r" in verification_part
-    assert "headroom" in claims_part
+    assert "headroom" in claims_part and "**post hoc**" not in claims_part
     build_index(["paperX"], tmp_path / "out")
     index = (tmp_path / "out" / "index.md").read_text()
     # 1 empirical claim, reproduced; mechanism 1 / 1; verification 1 verified of 2
-    assert "| [paperX](paperX/claims.md) | cpu | 1 | 1 | 0 | 0 | 0 | 0 | 1 / 1 | 1 / 2 |" in index
+    assert "| [paperX](paperX/claims.md) | cpu | 1 | 1 | 0 | 0 | 0 | 0 | 1 / 1 | 1 / 2 | 1 |" in index
     assert "| paperX | I |" not in index
 
 
