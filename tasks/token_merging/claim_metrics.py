@@ -1,6 +1,7 @@
 """Every claim's number of token_merging, derived from the measurements of ``evaluate.py`` only (the
-``sweep`` and ``isotropic`` tables): accuracy gaps and drops in percentage points, error ratios, the
-decomposition identity's error, RMS shifts, and the isotropic study's scale error and KL ratio."""
+``sweep`` and ``isotropic`` tables): accuracy gaps and drops in percentage points, error ratios, M2's relative
+angular error (C3b's regime precondition) and merged-cluster kappa, the decomposition identity's error, RMS
+shifts, and the isotropic study's scale error and KL ratio."""
 
 from __future__ import annotations
 
@@ -40,6 +41,11 @@ def sweep_metrics(rows: list[dict[str, Any]], sweep: MergeSweepConfig) -> dict[s
         "m3_minus_m2_acc_aggressive_mean": float(np.mean([gap[r] for r in aggressive])),
         "m3_over_m2_angular_max_aggressive": max(by_point["M3", r]["angular"] / by_point["M2", r]["angular"]
                                                  for r in aggressive),
+        # C3b's regime: M2's angular cls error relative to the unmerged cls energy, smallest over r <= 0.25
+        # (the M3 / M2 ratio means something only where M2's error is above float round-off)
+        "m2_angular_relative_min_aggressive": min(by_point["M2", r]["angular"] / by_point["M2", r]["reference_energy"]
+                                                  for r in aggressive),
+        "m2_kappa_aggressive_mean": float(np.mean([by_point["M2", r]["mean_merged_kappa"] for r in aggressive])),
         "m5_minus_m3_acc_aggressive_mean": float(np.mean([acc["M5", r] - acc["M3", r] for r in aggressive])),
         "m6_minus_m2_acc_aggressive_mean": float(np.mean([acc["M6", r] - acc["M2", r] for r in aggressive])),
         "decomposition_identity_error": max(row["identity_error"] for row in rows),

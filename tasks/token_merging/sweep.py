@@ -33,6 +33,7 @@ class SweepPoint:
     rms_ratio_last: float
     rms_ratio_per_block: list[float]
     mean_merged_kappa: float
+    reference_energy: float  # mean ||y||^2 of the unmerged cls residuals: the scale of radial / angular / total
 
 
 def batched_forward(model: method.MergeViT, images: torch.Tensor, merge: method.MergeMethod, schedule: list[int],
@@ -88,7 +89,8 @@ def sweep_point(model: method.MergeViT, images: torch.Tensor, labels: torch.Tens
         accuracy=float((logits.argmax(-1) == labels).double().mean()),
         radial=float(radial.mean()), angular=float(angular.mean()), total=float(total.mean()),
         identity_error=float((total - radial - angular).abs().max() / scale),
-        rms_ratio_last=rms_ratio[-1], rms_ratio_per_block=rms_ratio, mean_merged_kappa=kappa)
+        rms_ratio_last=rms_ratio[-1], rms_ratio_per_block=rms_ratio, mean_merged_kappa=kappa,
+        reference_energy=float(scale))
 
 
 def merging_sweep(model: method.MergeViT, images: torch.Tensor, labels: torch.Tensor, calibration: torch.Tensor,

@@ -236,25 +236,32 @@ def test_paper_profile_runs_on_local_stand_ins(tmp_path):
         evaluate.evaluate(wrong, 0, tmp_path / "data", tmp_path / "models" / "seed0")
 
 
-def _rows(acc: dict[tuple[str, float], float], angular: dict[tuple[str, float], float]) -> list[dict]:
-    """Rows of the evaluation's ``sweep`` table (``sweep.sweep_rows``)."""
+def _rows(acc: dict[tuple[str, float], float], angular: dict[tuple[str, float], float],
+          kappa: dict[tuple[str, float], float] | None = None) -> list[dict]:
+    """Rows of the evaluation's ``sweep`` table (``sweep.sweep_rows``); unmerged cls energy 10."""
+    kappa = kappa or {}
     points = [sweep.SweepPoint(method=name, retention=r, realised_retention=r, accuracy=a / 100.0, radial=0.0,
                                angular=angular.get((name, r), 1.0), total=1.0, identity_error=0.0,
-                               rms_ratio_last=1.0, rms_ratio_per_block=[1.0], mean_merged_kappa=1.0)
+                               rms_ratio_last=1.0, rms_ratio_per_block=[1.0],
+                               mean_merged_kappa=kappa.get((name, r), 1.0), reference_energy=10.0)
               for (name, r), a in acc.items()]
     return sweep.sweep_rows(points)
 
 
 def test_sweep_metrics_headroom_precondition_and_correction_gaps():
-    """m2_acc_drop_aggressive_mean (the correction claims' precondition) is M2's accuracy at r = 1 minus its
-    mean over r <= 0.25; the gaps M3 - M2 and the M3 / M2 angular ratio are taken over the same r."""
+    """m2_acc_drop_aggressive_mean (C2, and C5b's precondition) is M2's accuracy at r = 1 minus its mean over
+    r <= 0.25; the gaps M3 - M2, the M3 / M2 angular ratio, M2's relative angular error (C3b's precondition)
+    and M2's mean kappa are taken over the same r."""
     merge = smoke_config().merge.model_copy(update={"retentions": [1.0, 0.5, 0.25, 0.1], "aggressive_retention": 0.25})
     m2 = {1.0: 95.0, 0.5: 94.0, 0.25: 92.0, 0.1: 89.0}  # loses 3 and 6 points at r <= 0.25
     m3 = {1.0: 95.0, 0.5: 93.5, 0.25: 93.0, 0.1: 92.0}
     acc = {(name, r): (m3[r] if name in ("M3", "M4") else m2[r]) for name in ("M1", "M2", "M3", "M4", "M5", "M6")
            for r in m2}
     angular = {("M2", 0.25): 2.0, ("M3", 0.25): 1.0, ("M2", 0.1): 4.0, ("M3", 0.1): 3.0}
-    metrics = claim_metrics.sweep_metrics(_rows(acc, angular), merge)
+    kappa = {("M2", 0.5): 0.5, ("M2", 0.25): 0.9, ("M2", 0.1): 0.7}
+    metrics = claim_metrics.sweep_metrics(_rows(acc, angular, kappa), merge)
+    assert metrics["m2_angular_relative_min_aggressive"] == pytest.approx(0.2)  # min(2, 4) / energy 10
+    assert metrics["m2_kappa_aggressive_mean"] == pytest.approx(0.8)  # (0.9 + 0.7) / 2; r = 0.5 excluded
     assert metrics["m2_acc_drop_aggressive_mean"] == pytest.approx(4.5)  # (3 + 6) / 2 >= 2: headroom
     assert metrics["m2_acc_drop_smallest_r"] == pytest.approx(6.0)
     assert metrics["m3_minus_m2_acc_aggressive_mean"] == pytest.approx(2.0)  # (1 + 3) / 2
