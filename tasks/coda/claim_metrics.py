@@ -4,7 +4,8 @@ the training-loss curves; at the paper profile the ``lfm`` table). Costs seconds
 Parity (claims C3a, C3b, C3d, C3e; README, "Claims"): CoDA MSE <= ``parity_mse_ratio`` x the reference's, or
 CoDA accuracy >= the reference's - ``parity_accuracy_points``. Each parity claim carries its counts (pooled over
 seeds into a binomial interval) and the counts of its two preconditions: the reference learned above chance,
-and both models converged.
+and both models converged. C3a also needs the LTC reference to be competitive: at parity, by the same rule, with
+the best baseline of the task (``ltc_competitive_count``).
 """
 
 from __future__ import annotations
@@ -99,7 +100,8 @@ def cost_metrics(ltc: dict[str, dict], coda: dict[str, dict], tasks: list[str]) 
 
 def one_layer_parity(rows: list[dict], ltc: dict[str, dict], coda: dict[str, dict], cfg: CodaConfig
                      ) -> dict[str, float]:
-    """Claims C3a (CoDA vs LTC) and C3e (CoDA vs the best baseline) with their counts and preconditions."""
+    """Claims C3a (CoDA vs LTC) and C3e (CoDA vs the best baseline) with their counts and preconditions (C3a's
+    include the LTC's competitiveness: the LTC at parity with the task's best baseline)."""
     tasks = cfg.data.tasks
     metrics = parity_metrics([(coda[t], ltc[t]) for t in tasks], cfg.study, "parity_fraction", "parity_trials",
                              "parity_count", "ltc_learned", "ltc_coda_converged")
@@ -108,6 +110,10 @@ def one_layer_parity(rows: list[dict], ltc: dict[str, dict], coda: dict[str, dic
         metrics |= parity_metrics([(coda[t], references[t]) for t in tasks], cfg.study,
                                   "parity_fraction_vs_best_baseline", "parity_trials", "parity_vs_best_baseline_count",
                                   "best_baseline_learned", "best_baseline_coda_converged")
+        # C3a's third precondition: the LTC is competitive (at parity with the task's best baseline)
+        competitive = float(sum(at_parity(references[t]["kind"], ltc[t]["score"], references[t]["score"], cfg.study)
+                                for t in tasks))
+        metrics |= {"ltc_competitive_count": competitive, "ltc_competitive_fraction": competitive / len(tasks)}
     return metrics
 
 

@@ -118,7 +118,7 @@ def test_steps_return_every_claim_metric(smoke_run):
     claims = load_claims(TASK_DIR / "claims.yaml")
     needed = set()
     for c in claims:
-        if c.metric is not None and c.profiles != ["paper"]:
+        if c.metric is not None and not c.metric.startswith("lfm_"):  # C3b, C3d (paper only) still run at smoke
             for measured in [c, *c.preconditions]:
                 needed |= {measured.metric} | ({measured.counts.successes, measured.counts.trials}
                                                if measured.counts else set())
@@ -136,10 +136,16 @@ def test_steps_return_every_claim_metric(smoke_run):
         (r["model"], r["layers"]) for r in evaluated.tables["models"]}
 
 
-def test_paper_only_claims_are_the_lfm_ones():
+def test_paper_only_claims_are_the_lfm_ones_and_the_one_task_studies():
+    """C4a-c need the LFM study; C3b and C3d run on one task per seed at cpu (too few trials to decide) and on
+    every task at the paper profile."""
     claims = load_claims(TASK_DIR / "claims.yaml")
     assert {c.metric for c in claims if c.profiles == ["paper"]} == {
-        "lfm_train_speedup", "lfm_inference_speedup", "lfm_perplexity_ratio"}
+        "lfm_train_speedup", "lfm_inference_speedup", "lfm_perplexity_ratio", "two_layer_parity_fraction",
+        "converted_parity_fraction"}
+    cpu, paper = (CONFIG.model_validate(params_section("coda")[p]) for p in ("cpu", "paper"))
+    assert len(cpu.study.two_layer_tasks) == len(cpu.study.convert_tasks) == 1
+    assert paper.study.two_layer_tasks == paper.study.convert_tasks == paper.data.tasks
 
 
 def digests(folder: Path) -> dict[str, str]:
@@ -300,6 +306,26 @@ def test_claim_metrics_on_planted_rows():
                  "best_baseline_coda_converged", "two_layer_converged"):
         assert (metrics[f"{name}_count"], metrics[f"{name}_fraction"]) == (1.0, 1.0), name
     assert (metrics["teacher_learned_count"], metrics["converted_converged_count"]) == (2.0, 2.0)
+    assert (metrics["ltc_competitive_count"], metrics["ltc_competitive_fraction"]) == (0.0, 0.0)  # 1.0 > 1.1 x 0.5
+
+
+def test_ltc_competitiveness_is_parity_with_the_best_baseline_of_each_task():
+    """C3a's third precondition: the LTC, as candidate, at parity (same rule) with the task's best baseline."""
+    cfg = smoke_config()
+    cfg = cfg.model_copy(update={
+        "data": cfg.data.model_copy(update={"tasks": ["lotka_volterra", "occupancy"]}),
+        "study": cfg.study.model_copy(update={"baselines": ["cfc", "gru"], "two_layer_tasks": [],
+                                              "convert_tasks": []})})
+    rows = [_row("lotka_volterra", "ltc", 1, 0.54), _row("lotka_volterra", "coda", 1, 0.5),
+            _row("lotka_volterra", "cfc", 1, 0.5), _row("lotka_volterra", "gru", 1, 0.9),  # 0.54 <= 1.1 x 0.5
+            _row("occupancy", "ltc", 1, 90.0, kind="classify", chance=50.0),
+            _row("occupancy", "coda", 1, 95.0, kind="classify", chance=50.0),
+            _row("occupancy", "cfc", 1, 80.0, kind="classify", chance=50.0),
+            _row("occupancy", "gru", 1, 92.5, kind="classify", chance=50.0)]  # 90 < 92.5 - 2
+    metrics = cm.claim_metrics(cfg, planted(rows))
+    assert (metrics["ltc_competitive_count"], metrics["parity_trials"]) == (1.0, 2.0)
+    assert metrics["ltc_competitive_fraction"] == 0.5
+    assert metrics["parity_count"] == 2.0  # CoDA at parity with both LTCs: the precondition is what tells them apart
 
 
 def test_parity_preconditions_count_a_reference_at_chance_and_an_unconverged_model():
