@@ -10,6 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from tasks.common.results import SeedResult
+from tasks.multi_model_curation import method
 from tasks.multi_model_curation.config import COUPLED_CONFIGS, AnalyticConfig, MultiModelCurationConfig
 from tasks.multi_model_curation.loops import BETA1_RANGE, K_LABELS
 
@@ -102,10 +103,16 @@ def isolated_control_claims(result: SeedResult, dampen_chord: float) -> dict[str
 
 
 def divergent_claims(rows: list[dict]) -> dict[str, float]:
-    """C1d's binomial counts: flagged replicate loops of the divergent config, and loops."""
+    """C1d: the divergent config's replicate loops. The claim (every run is flagged) is decided on the worst
+    run's margin (:func:`method.collapse_margin`, the largest over the seed's loops: < 1 when every loop meets
+    the collapse criterion of the flag); the flagged count and the rate are reported next to it."""
     flagged = sum(int(r["flagged"]) for r in rows)
+    n_models = sum(1 for key in rows[0] if key.startswith("v_last_"))
+    margins = [method.collapse_margin([r[f"v_last_{i + 1}"] for i in range(n_models)],
+                                      [r[f"v_before_{i + 1}"] for i in range(n_models)]) for r in rows]
     return {"c1_divergent_sampled_flagged_count": float(flagged), "c1_divergent_sampled_runs": float(len(rows)),
-            "c1_divergent_sampled_rate": flagged / len(rows)}
+            "c1_divergent_sampled_rate": flagged / len(rows),
+            "c1_divergent_sampled_worst_margin": max(margins)}
 
 
 def stationary_curves(result: SeedResult, prefix: str, n_models: int) -> np.ndarray:

@@ -200,7 +200,8 @@ def sampled_divergent(cfg: SampledConfig, seed: int, real: method.RealData
     each flagged by ``method.divergence_flag`` (a variance below 1e-2 and still falling). The sample loop
     has no Jacobian, so only the variance criteria apply; the sampled variances are noisy, so the mean of
     the last window of rounds is compared with the window before it. Returns the first loop's final
-    variance and variance curve, and one row per loop.
+    variance and variance curve, and one row per loop (its flag, and the two windows' mean variance per
+    model, ``v_last_<i>`` and ``v_before_<i>``, from which claim_metrics derives the flag's margin).
 
     The divergent config has lambda = 0, so the loops never read the real data set: the replicates
     of one seed are independent draws of the same experiment."""
@@ -213,7 +214,9 @@ def sampled_divergent(cfg: SampledConfig, seed: int, real: method.RealData
         v_last = trajectory.v[-window:].mean(axis=0)
         v_before = trajectory.v[-2 * window:-window].mean(axis=0)
         rows.append({"replicate": replicate, "flagged": method.divergence_flag(0.0, v_last, v_before),
-                     "final_min_var": float(trajectory.v[-1].min())})
+                     "final_min_var": float(trajectory.v[-1].min())}
+                    | {f"v_last_{i + 1}": float(v) for i, v in enumerate(v_last)}
+                    | {f"v_before_{i + 1}": float(v) for i, v in enumerate(v_before)})
         if first_v is None:
             first_v = trajectory.v.min(axis=1)
     return {"divergent_sampled_final_var": float(first_v[-1])}, first_v.tolist(), rows

@@ -258,6 +258,15 @@ def divergence_flag(radius: float, v_last: np.ndarray, v_before: np.ndarray, rad
     return bool(radius >= radius_max or collapsing or np.any(v_last > blowup_var) or not np.all(np.isfinite(v_last)))
 
 
+def collapse_margin(v_last: np.ndarray, v_before: np.ndarray, collapse_var: float = 1e-2) -> float:
+    """How far a loop is inside the collapse criterion of :func:`divergence_flag` (claim C1d):
+    min over models of max(v_last / ``collapse_var``, v_last / v_before). For positive variances it is
+    below 1 exactly when some model's variance is below ``collapse_var`` and still falling, so a margin
+    < 1 is that criterion, and its distance from 1 says by how much it holds."""
+    v_last, v_before = np.asarray(v_last, dtype=float), np.asarray(v_before, dtype=float)
+    return float(np.min(np.maximum(v_last / collapse_var, v_last / v_before)))
+
+
 def fixed_point(spec: LoopSpec, max_rounds: int = 2000, tol: float = 0.0, jacobian_step: float = 1e-6
                 ) -> FixedPoint:
     """Iterate F from the real-data state for ``max_rounds`` rounds (or until the state moves less

@@ -354,6 +354,18 @@ def test_divergence_flag_criteria():
     assert not method.divergence_flag(0.998, np.array([1.0]), np.array([1.1]))
 
 
+def test_collapse_margin_is_the_collapse_criterion_of_the_flag():
+    """C1d's margin is below 1 exactly when the flag's collapse criterion holds (radius 0, no blow-up), on
+    random variances around the 1e-2 threshold; a stable or a rising small variance has margin >= 1."""
+    rng = np.random.default_rng(0)
+    for _ in range(2000):
+        v_last, v_before = 10 ** rng.uniform(-3.5, -1, size=2), 10 ** rng.uniform(-3.5, -1, size=2)
+        assert (method.collapse_margin(v_last, v_before) < 1) == method.divergence_flag(0.0, v_last, v_before)
+    assert method.collapse_margin(np.array([5e-3]), np.array([6e-3])) == pytest.approx(5 / 6)
+    assert method.collapse_margin(np.array([5e-3]), np.array([5e-3])) == 1.0  # small but stable
+    assert method.collapse_margin(np.array([2e-2]), np.array([3e-2])) == pytest.approx(2.0)  # falling, not small
+
+
 def test_jacobian_matches_the_analytic_derivative_of_the_isolated_map():
     """1-D isolated map, state (m, v): dm'/dm = (1 - lambda) v_bar / v (Jacobian column of m)."""
     spec = SPECS["isolated"]
