@@ -12,6 +12,8 @@ from tasks.common.results import SeedResult
 from tasks.constrained_unlearning import method
 from tasks.constrained_unlearning.config import ConstrainedUnlearningConfig
 
+FORGET_MASS_BAND = 0.02  # brief (b)1: each constrained run hits the target forget mass +- 0.02
+
 
 def claim_metrics(cfg: ConstrainedUnlearningConfig, result: SeedResult) -> dict[str, float]:
     m = result.metrics
@@ -34,15 +36,25 @@ def forget_count(forget_mass: float, n_samples: int) -> float:
 
 
 def unlearning_errors(cfg: ConstrainedUnlearningConfig, m: Mapping[str, float]) -> dict[str, float]:
-    """Per formulation on the DDPM: lambda against the grid's closed-form lambda* (C1j-l), forget mass against
-    the target (C5a-c) and its count."""
+    """Per formulation on the DDPM: lambda against the grid's closed-form lambda* (C1j-l), the run's own miss of
+    the target forget mass (C5a-c), its forget-ball count, and whether the run lands in the band (1 or 0: one
+    trial per seed, reported next to C5a-c)."""
     out = {}
+    n = cfg.ddpm.eval_samples
     for f in method.FORMULATIONS:
         lam_star = m[f"a_lambda_star_{f}"]
-        out |= {f"b_{f}_forget_count": forget_count(m[f"b_{f}_forget_mass"], cfg.ddpm.eval_samples),
+        count = forget_count(m[f"b_{f}_forget_mass"], n)
+        out |= {f"b_{f}_forget_count": count,
                 f"b_{f}_lambda_rel_error": abs(m[f"b_{f}_lambda"] - lam_star) / lam_star,
-                f"b_{f}_forget_mass_error": abs(m[f"b_{f}_forget_mass"] - cfg.grid.target_forget_mass)}
+                f"b_{f}_forget_mass_error": abs(m[f"b_{f}_forget_mass"] - cfg.grid.target_forget_mass),
+                f"b_{f}_forget_mass_in_band": in_band(count, n, cfg.grid.target_forget_mass)}
     return out
+
+
+def in_band(count: float, n_samples: int, target: float, band: float = FORGET_MASS_BAND) -> float:
+    """1.0 when ``count`` / ``n_samples`` is within ``band`` of ``target``, else 0.0; compared in counts, so a
+    mass exactly on the band's edge (e.g. 280 of 4,000 = 0.07) is inside, whatever the float rounding."""
+    return float(abs(count - round(target * n_samples)) <= round(band * n_samples))
 
 
 def retained_kl_at_mass(before: Mapping[str, float], after: Mapping[str, float], target_mass: float) -> float:
@@ -102,10 +114,14 @@ def pareto_gaps(rows: Sequence[Mapping[str, Any]]) -> dict[str, float]:
 
 def data_unlearning_ratios(cfg: ConstrainedUnlearningConfig, m: Mapping[str, float]) -> dict[str, float]:
     """Stage C (C3b-c): the memorisation ratio (forget / held-out near fraction, :func:`method.memorisation_ratio`)
-    of each model, lambda over the duplicate share (FU identity: lambda >= share <=> retain-only training), and the
-    FU model's retained-region KL over the retrain reference's own (the sampling floor)."""
+    of each model, lambda over the duplicate share (FU identity: lambda >= share <=> retain-only training), the
+    FU model's and the memorised model's (C3c's precondition: FU's starting point) retained-region KL over the
+    retrain reference's own (the sampling floor), and FU's over the memorised model's (reported)."""
     out = {f"c_{stage}_memorisation_ratio": method.memorisation_ratio(
         m[f"c_{stage}_forget_near"], m[f"c_{stage}_heldout_near"], cfg.ddpm.eval_samples)
         for stage in ("retrain", "memorised", "fu")}
     return out | {"c_fu_lambda_over_share": m["c_fu_lambda"] / m["c_duplicate_share"],
-                  "c_fu_retained_kl_over_floor": m["c_fu_retained_kl"] / max(m["c_retrain_retained_kl"], 1e-12)}
+                  "c_fu_retained_kl_over_floor": m["c_fu_retained_kl"] / max(m["c_retrain_retained_kl"], 1e-12),
+                  "c_memorised_retained_kl_over_floor": m["c_memorised_retained_kl"]
+                  / max(m["c_retrain_retained_kl"], 1e-12),
+                  "c_fu_over_memorised_retained_kl": m["c_fu_retained_kl"] / max(m["c_memorised_retained_kl"], 1e-12)}
