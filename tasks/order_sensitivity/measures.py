@@ -195,20 +195,27 @@ def dose_metrics(scored: ScoredItems, ev: EvaluationConfig) -> tuple[dict[str, f
     skeleton is its prompt and Delta_bar = 0 exactly, and the ungated model hallucinates on it by definition;
     these points alone push the Spearman above 0.5 and the slope below 0 whenever evidence items get any
     positive budget. The d >= 1 version (label 1 on every item, hallucination = answering 0) can fail.
+
+    The skeletons mask the values of the d supporting chunks, so the skeleton itself changes with d: its prior
+    q (``skeleton_q`` per dose, ``dose_skeleton_q_shift`` = highest dose minus d = 1) is reported so that a
+    budget that follows d through the skeleton, not the posterior, is visible (C6a's second precondition).
     """
     plan = method.plan_answers(scored.q_full, scored.q_skeleton, ev.h_star, ev.clip, ev.clip_mode, ev.margin)
     ungated = hallucinated(np.ones_like(plan.answer), plan.decision, scored).astype(float)
     gated = hallucinated(plan.answer, plan.decision, scored).astype(float)
     evidence = scored.dose >= 1
     per_dose = method.least_squares_fit(scored.dose.astype(float), plan.delta_bar)
+    skeleton_q = scored.q_skeleton.mean(axis=1)  # the skeleton prior S_k("1"), mean over the k skeletons
     rows = []
     for d in sorted(set(scored.dose.tolist())):
         at = scored.dose == d
         rows.append({"dose": d, "delta_bar": float(plan.delta_bar[at].mean()),
                      "ungated_hallucination": float(ungated[at].mean()), "gated_hallucination": float(gated[at].mean()),
                      "abstention": float(1 - plan.answer[at].mean()),
-                     "accuracy": float(((plan.decision == scored.label) & ~scored.is_control)[at].mean())})
+                     "accuracy": float(((plan.decision == scored.label) & ~scored.is_control)[at].mean()),
+                     "skeleton_q": float(skeleton_q[at].mean())})
     dose1 = scored.dose == 1
+    top = scored.dose == scored.dose.max()
     metrics = {"dose_spearman_delta": _spearman(scored.dose, plan.delta_bar),
                # C6a precondition: how sure the model already is with one supporting chunk (gold label 1)
                "dose1_gold_probability": _mean_or_nan(scored.q_full[dose1].mean(axis=1)),
@@ -218,6 +225,10 @@ def dose_metrics(scored: ScoredItems, ev: EvaluationConfig) -> tuple[dict[str, f
                "dose_ols_hallucination_per_nat": _ols_slope(plan.delta_bar, ungated),
                "dose_spearman_delta_evidence": _spearman(scored.dose[evidence], plan.delta_bar[evidence]),
                "dose_ols_hallucination_per_nat_evidence": _ols_slope(plan.delta_bar[evidence], ungated[evidence]),
+               # C6a precondition: does the skeleton prior move with d? (masking d supporting chunks changes S_k,
+               # so Delta_bar could follow d through the skeleton rather than the posterior)
+               "dose_skeleton_q_shift": _mean_or_nan(skeleton_q[top]) - _mean_or_nan(skeleton_q[dose1]),
+               "dose_spearman_skeleton_q_evidence": _spearman(scored.dose[evidence], skeleton_q[evidence]),
                "dose_delta_per_dose": per_dose.slope,
                "dose_hallucination_drop_pp": 100.0 * (rows[0]["ungated_hallucination"]
                                                       - rows[-1]["ungated_hallucination"]),

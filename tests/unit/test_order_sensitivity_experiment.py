@@ -384,6 +384,26 @@ def test_dose1_gold_probability_is_the_mixture_probability_on_single_support_ite
     assert (metrics["dose_evidence_hallucinated_count"], metrics["dose_evidence_count"]) == (3.0, 30.0)
 
 
+def test_skeleton_prior_against_dose_exposes_a_budget_that_follows_the_masking():
+    """C6a's second precondition: a skeleton fixed at 1/2 does not move (shift 0); a skeleton whose q falls with
+    d makes Delta_bar rise with d with an unchanged posterior (the masking confound), and the shift shows it."""
+    per = 20
+    delta = np.full(3 * per, 0.3)
+    still = _dose_items(delta, np.zeros(3 * per, dtype=bool))
+    metrics, rows = measures.dose_metrics(still, smoke_config().evaluation)
+    assert metrics["dose_skeleton_q_shift"] == 0.0 and [r["skeleton_q"] for r in rows[1:]] == [0.5] * 3
+    assert np.isnan(metrics["dose_spearman_skeleton_q_evidence"])  # a constant prior: nothing to rank
+    moving = np.where(still.dose >= 1, 0.5 - 0.05 * still.dose, still.q_skeleton[:, 0])
+    confounded = measures.ScoredItems(still.q_full, moving[:, None] * np.ones((1, 2)), still.q_identity,
+                                      still.label, still.is_control, still.n_chunks, still.dose)
+    metrics, rows = measures.dose_metrics(confounded, smoke_config().evaluation)
+    assert metrics["dose_skeleton_q_shift"] == pytest.approx(-0.10)
+    assert metrics["dose_spearman_skeleton_q_evidence"] == pytest.approx(-1.0)
+    # the posterior is the same at every dose, yet the budget rises with d: the claim's statistic clears 0.5
+    assert metrics["dose_spearman_delta_evidence"] > 0.5
+    assert [r["skeleton_q"] for r in rows[1:]] == pytest.approx([0.45, 0.40, 0.35])
+
+
 # ----------------------------------------------------------------------------------------------------
 # Paper profile on local stand-ins
 # ----------------------------------------------------------------------------------------------------
