@@ -1,5 +1,7 @@
 """Every derived number the claims of select_to_think read (claims.yaml), from evaluate.py's measurements only:
-differences and ratios of accuracies, hit@8 - hit@1, and the SLM/LLM disagreement at trigger steps."""
+differences and ratios of accuracies, hit@8 - hit@1, the SLM/LLM disagreement at trigger steps, the class-only
+ranker's hit rates (C1's precondition) and S2T-Local's scorer against the SLM's top-1 on held-out groups (C5/C6's
+preconditions)."""
 
 from __future__ import annotations
 
@@ -23,7 +25,24 @@ def claim_metrics(config: SelectToThinkConfig, result: SeedResult) -> dict[str, 
     }
     if 1 in config.s2t.hit_ks and 8 in config.s2t.hit_ks:
         out |= disagreement(m["trigger_count"], m["hit_at_1_count"])
+    # C1's precondition: hit@K of a ranker that knows only the class of the next token, at the same trigger steps
+    out |= {f"class_chance_hit_at_{k}": rate(m[f"class_chance_hit_at_{k}_count"], m["trigger_count"])
+            for k in config.s2t.hit_ks if f"class_chance_hit_at_{k}_count" in m}
+    if "heldout_group_count" in m:  # C5 / C6 preconditions: did the scorer learn its task?
+        groups = m["heldout_group_count"]
+        scorer, top1 = rate(m["local_scorer_teacher_count"], groups), rate(m["slm_top1_teacher_count"], groups)
+        out |= {"local_scorer_teacher_rate": scorer, "slm_top1_teacher_rate": top1,
+                "local_scorer_minus_top1": scorer - top1}
+    if "local_body_greedy_accuracy" in m:  # C5 / C6 precondition: fine-tuning kept the SLM's own generation
+        out["local_body_minus_greedy"] = m["local_body_greedy_accuracy"] - greedy
+    if "slm_maj_accuracy" in m:  # C6 precondition: Maj@8 beats greedy, so "matches Maj@8" means something
+        out["maj_minus_greedy"] = m["slm_maj_accuracy"] - greedy
     return out
+
+
+def rate(successes: float, trials: float) -> float:
+    """successes / trials; NaN without trials (no trigger step, no held-out group)."""
+    return successes / trials if trials else math.nan
 
 
 def disagreement(trigger_count: float, hit_at_1_count: float) -> dict[str, float]:

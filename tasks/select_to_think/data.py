@@ -70,6 +70,15 @@ def encode_solution(a: int, b: int, width: int) -> list[int]:
     return [*cot, ANSWER, carry, *sums[::-1], EOS]
 
 
+def format_classes(width: int) -> list[tuple[int, ...]]:
+    """The tokens the format allows at each generated step: a sum digit (any of 10), a carry (0 or 1), 'A',
+    the answer's leading digit (the last carry: 0 or 1), an answer digit (any of 10), '<eos>'. A ranker that
+    knows only this is C1's chance baseline (it knows which kind of token comes next, not which one)."""
+    digits, carry = tuple(range(10)), (0, 1)
+    cot = [digits if i % 2 == 0 else carry for i in range(2 * width)]
+    return [*cot, (ANSWER,), carry, *([digits] * width), (EOS,)]
+
+
 def encode_problem(a: int, b: int, width: int) -> list[int]:
     return encode_prompt(a, b, width) + encode_solution(a, b, width)
 

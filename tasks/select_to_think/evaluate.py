@@ -1,7 +1,9 @@
 """Evaluation step of select_to_think: reads the seed's LLM, SLM and S2T-Local and measures, on the test
 problems, the baselines (SLM greedy, Maj@N, LLM alone), local sufficiency (hit@K at KL-trigger steps), S2T,
 Takeover and S2T at a random trigger, and S2T-Local with the LLM-free entropy trigger and with the KL trigger.
-Raw measurements only: claim_metrics.py derives the claims' differences and ratios.
+For the preconditions: the hit@K of a ranker that knows only the class of the next token (C1), and S2T-Local's
+scorer on held-out groups collected along the test problems' S2T paths (C5, C6). Raw measurements only:
+claim_metrics.py derives the claims' differences and ratios.
 
 Paper profile: hub.evaluate_hub."""
 
@@ -24,10 +26,12 @@ from tasks.select_to_think.model import (
     AdditionTask,
     Setup,
     calibrate,
+    class_chance_at_triggers,
     hit_counts,
     load_lm,
     load_setup,
     policy_for,
+    scorer_counts,
 )
 
 
@@ -45,7 +49,7 @@ def evaluate(config: SelectToThinkConfig, seed: int, data_dir: Path, model_dir: 
         s2t_trace = measure_s2t(config, seed, llm, slm, setup, result)
     progress(0.7, "S2T / Takeover done")
     with result.stage("local_eval"):
-        local_entropy = measure_local(config, llm, local_model, setup, result)
+        local_entropy = measure_local(config, llm, local_model, setup, result, s2t_trace)
     examples = example_rows(setup.test, {"greedy": None, "s2t": s2t_trace, "local_entropy": local_entropy})
     progress(1.0, "evaluated")
     return result.add(tables={"examples": examples})
@@ -67,11 +71,13 @@ def baseline_metrics(config: SelectToThinkConfig, seed: int, llm: Any, slm: Any,
 def measure_s2t(config: SelectToThinkConfig, seed: int, llm: Any, slm: Any, setup: Setup, result: SeedResult
                 ) -> method.DecodeTrace:
     """KL trigger calibrated on the calibration problems; S2T (with hit@K at every trigger step, and at the full
-    vocabulary as a sanity value of 1), Takeover, and S2T at a random trigger firing at the KL trigger's rate."""
+    vocabulary as a sanity value of 1), Takeover, and S2T at a random trigger firing at the KL trigger's rate.
+    The S2T decode also collects its trigger steps as S2T-Local groups (held out: test problems) and the hit@K of
+    a class-only ranker at the same steps (random stream (seed, 4004)); neither changes what S2T emits."""
     s2t, test, reserved = config.s2t, setup.test, setup.reserved
     kl_threshold = calibrate(slm, setup.calibration, s2t, "kl", reserved, llm)
     s2t_trace = method.decode(slm, test.prompts, test.steps, policy_for(s2t, "s2t", "kl", kl_threshold), llm=llm,
-                              reserved=reserved, hit_ks=[*s2t.hit_ks, data.BASE_VOCAB])
+                              reserved=reserved, hit_ks=[*s2t.hit_ks, data.BASE_VOCAB], collect_k=s2t.k_collect)
     takeover = method.decode(slm, test.prompts, test.steps, policy_for(s2t, "takeover", "kl", kl_threshold),
                              llm=llm, reserved=reserved)
     kl_rate = trigger_rate(s2t_trace, s2t.warmup_steps)
@@ -80,6 +86,9 @@ def measure_s2t(config: SelectToThinkConfig, seed: int, llm: Any, slm: Any, setu
     hits = {k: float(np.mean(v)) if v else math.nan for k, v in s2t_trace.hits.items()}
     result.add({f"hit_at_{k}": hits[k] for k in s2t.hit_ks}, hit_at_full_vocab=hits[data.BASE_VOCAB])
     result.add(hit_counts(s2t_trace.hits, s2t.hit_ks))
+    result.add(class_chance_at_triggers(s2t_trace.fired, llm_preferred_tokens(llm, test.prompts, s2t_trace.tokens),
+                                        data.format_classes(test.width), s2t.hit_ks, data.BASE_VOCAB,
+                                        np.random.default_rng([seed, 4_004])))
     result.add(differ_counts(s2t_trace.tokens, takeover.tokens))
     result.add(kl_threshold=kl_threshold, kl_trigger_rate=kl_rate,
                triggers_per_problem=float(s2t_trace.fired.sum()) / len(test.truth),
@@ -89,11 +98,12 @@ def measure_s2t(config: SelectToThinkConfig, seed: int, llm: Any, slm: Any, setu
     return s2t_trace
 
 
-def measure_local(config: SelectToThinkConfig, llm: Any, local_model: Any, setup: Setup, result: SeedResult
-                  ) -> method.DecodeTrace:
+def measure_local(config: SelectToThinkConfig, llm: Any, local_model: Any, setup: Setup, result: SeedResult,
+                  s2t_trace: method.DecodeTrace) -> method.DecodeTrace:
     """S2T-Local at inference: the entropy trigger with no LLM at all (``llm=None``: any LLM use would raise,
-    C7), the KL trigger (the LLM computes it), and the fine-tuned body alone, greedy (control). Thresholds are
-    recalibrated on S2T-Local's own greedy paths."""
+    C7), the KL trigger (the LLM computes it), and the fine-tuned body alone, greedy (control: C5's
+    precondition). Thresholds are recalibrated on S2T-Local's own greedy paths. Its scorer is also measured on
+    the held-out groups of ``s2t_trace`` (collected like its training data, on the test problems)."""
     s2t, test, reserved = config.s2t, setup.test, setup.reserved
     entropy_threshold = calibrate(local_model, setup.calibration, s2t, "entropy", reserved)
     local_entropy = method.decode(local_model, test.prompts, test.steps,
@@ -107,7 +117,17 @@ def measure_local(config: SelectToThinkConfig, llm: Any, local_model: Any, setup
                local_kl_accuracy=test.trace_accuracy(local_kl),
                local_body_greedy_accuracy=test.accuracy(baselines.greedy_answers(
                    local_model, test.prompts, test.steps, test.parse, reserved)))
+    result.add(scorer_counts(local_model, method.concat_groups(s2t_trace.groups), reserved, config.local.batch_groups))
     return local_entropy
+
+
+def llm_preferred_tokens(llm: Any, prompts: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
+    """(B, T) the LLM's argmax over the base vocabulary after each prefix prompt + tokens[:, :t] (one causal
+    forward pass; the decoder's stepwise choice up to float rounding): the token the hit@K of C1 looks for."""
+    sequences = torch.cat([prompts, tokens], dim=1)
+    with torch.no_grad():
+        logits = llm(input_ids=sequences[:, :-1]).logits[:, prompts.shape[1] - 1:, :data.BASE_VOCAB]
+    return logits.argmax(-1)
 
 
 def trigger_rate(trace: method.DecodeTrace, warmup_steps: int) -> float:

@@ -22,7 +22,7 @@ from tasks.common import tiny_lm
 from tasks.common.results import Progress, SeedResult
 from tasks.select_to_think import data, method
 from tasks.select_to_think.config import SelectToThinkConfig
-from tasks.select_to_think.model import LOCAL, hit_counts, policy_for
+from tasks.select_to_think.model import LOCAL, class_chance_counts, hit_counts, policy_for, scorer_counts
 
 
 def prompt_ids(tokenizer: Any, question: str, max_tokens: int) -> torch.Tensor:
@@ -111,15 +111,20 @@ def load_local(config: SelectToThinkConfig, model_dir: Path, device: str) -> Any
 
 def evaluate_hub(config: SelectToThinkConfig, seed: int, data_dir: Path, model_dir: Path, device: str,
                  progress: Progress) -> SeedResult:
-    """SLM greedy, S2T (with hit@K) and Takeover at the KL trigger, S2T-Local with the entropy trigger (no LLM)."""
+    """SLM greedy, the LLM alone (the teacher check of C1, C2, C4a, C4b), S2T (with hit@K, and the test problems'
+    trigger steps collected as held-out S2T-Local groups) and Takeover at the KL trigger, S2T-Local with the
+    entropy trigger (no LLM), the fine-tuned body alone, and S2T-Local's scorer on the held-out groups (C5's
+    preconditions). C1's class-only chance ranker: natural text has no token classes here, so it ranks the whole
+    vocabulary uniformly (hit@K = K / |V|)."""
     run, s2t = HubRun(config, seed, data_dir, device), config.s2t
     result = SeedResult(seed)
     with result.stage("s2t"):
         greedy, _ = run.run(run.slm, "test", run.policy("greedy", "none"), False)
+        llm_accuracy, _ = run.run(run.llm, "test", run.policy("greedy", "none"), False)
         test_count = float(len(run.splits["test"]))
         kl_threshold = run.threshold(run.slm, "kl")
         s2t_accuracy, traces = run.run(run.slm, "test", run.policy("s2t", "kl", kl_threshold), True,
-                                       hit_ks=s2t.hit_ks)
+                                       hit_ks=s2t.hit_ks, collect_k=s2t.k_collect)
         takeover_accuracy, takeover_traces = run.run(run.slm, "test", run.policy("takeover", "kl", kl_threshold),
                                                      True)
     pooled = {k: [h for t in traces for h in t.hits[k]] for k in s2t.hit_ks}
@@ -127,16 +132,24 @@ def evaluate_hub(config: SelectToThinkConfig, seed: int, data_dir: Path, model_d
     differ = [not torch.equal(a.tokens[0], b.tokens[0]) for a, b in zip(traces, takeover_traces)]
     result.add({f"hit_at_{k}": hits[k] for k in s2t.hit_ks}, slm_greedy_accuracy=greedy, test_count=test_count,
                slm_greedy_correct_count=float(round(greedy * test_count)), kl_threshold=kl_threshold,
+               llm_accuracy=llm_accuracy, llm_correct_count=float(round(llm_accuracy * test_count)),
                s2t_accuracy=s2t_accuracy, takeover_accuracy=takeover_accuracy,
                s2t_takeover_differ_count=float(sum(differ)), s2t_takeover_differ_rate=float(np.mean(differ)),
                tables={"hit_at_k": [{"k": k, "hit": hits[k]} for k in s2t.hit_ks]})
     result.add(hit_counts(pooled, s2t.hit_ks))
+    vocab, triggers = len(run.tokenizer), len(pooled[s2t.hit_ks[0]])
+    result.add(class_chance_counts([vocab] * triggers, [True] * triggers, s2t.hit_ks, vocab,
+                                   np.random.default_rng([seed, 4_004])))
     progress(0.7, "S2T / Takeover done")
     with result.stage("local_eval"):
         local_model = load_local(config, model_dir, device)
         entropy_threshold = run.threshold(local_model, "entropy")
         accuracy, entropy_traces = run.run(local_model, "test", run.policy("local", "entropy", entropy_threshold),
                                            False)
+        body_greedy, _ = run.run(local_model, "test", run.policy("greedy", "none"), False)
+        heldout = method.concat_groups([g for t in traces for g in t.groups], pad_id=run.tokenizer.eos_token_id)
+        result.add(scorer_counts(local_model, heldout, run.reserved, config.local.batch_groups,
+                                 pad_id=run.tokenizer.eos_token_id))
     progress(1.0, "evaluated")
-    return result.add(local_entropy_accuracy=accuracy,
+    return result.add(local_entropy_accuracy=accuracy, local_body_greedy_accuracy=body_greedy,
                       local_entropy_llm_evaluations=float(sum(t.llm_row_evaluations for t in entropy_traces)))

@@ -1,10 +1,12 @@
 """What train.py and evaluate.py share at the smoke / cpu profiles: the tiny GPT-2 pair, one seed's splits as
-addition tasks, the decoding policies with their calibrated triggers, the hit@K counts, and the names of the
-checkpoint folders in ``models/select_to_think/seed<N>/``."""
+addition tasks, the decoding policies with their calibrated triggers, the hit@K counts, the class-only chance
+ranker of C1's precondition, the held-out scorer counts of C5/C6's preconditions, and the names of the checkpoint
+folders in ``models/select_to_think/seed<N>/``."""
 
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -109,3 +111,44 @@ def hit_counts(hits: dict[int, list[bool]], ks: list[int]) -> dict[str, float]:
     if 1 in ks and 8 in ks:
         out["hit8_not_hit1_count"] = float(sum(h8 and not h1 for h1, h8 in zip(hits[1], hits[8])))
     return out
+
+
+def class_chance_counts(class_sizes: Sequence[int], in_class: Sequence[bool], ks: Sequence[int], vocab: int,
+                        rng: np.random.Generator) -> dict[str, float]:
+    """Hits at each K of a ranker that knows only the class of the next token (C1's chance baseline): it lists
+    the class's tokens first in a uniformly random order, then the other tokens in a uniformly random order.
+    One trigger step per entry (``class_sizes``, and whether the LLM's token is in the class); the target's
+    rank is drawn once per step, so the hits are nested in K. The counts share C1's trials (``trigger_count``)."""
+    sizes = np.asarray(class_sizes, dtype=float)
+    inside = np.asarray(in_class, dtype=bool)
+    u = rng.random(len(sizes))
+    rank = np.where(inside, np.floor(u * sizes), sizes + np.floor(u * (vocab - sizes)))
+    return {f"class_chance_hit_at_{k}_count": float((rank < k).sum()) for k in ks}
+
+
+def class_chance_at_triggers(fired: torch.Tensor, targets: torch.Tensor, classes: Sequence[Sequence[int]],
+                             ks: Sequence[int], vocab: int, rng: np.random.Generator) -> dict[str, float]:
+    """``class_chance_counts`` over the trigger steps of a decode (``fired`` (B, T)), with the classes the format
+    puts at each generated step (``data.format_classes``) and the LLM's preferred tokens ``targets`` (B, T)."""
+    rows, steps = fired.nonzero(as_tuple=True)
+    sizes = [len(classes[s]) for s in steps.tolist()]
+    inside = [int(targets[r, s]) in classes[s] for r, s in zip(rows.tolist(), steps.tolist())]
+    return class_chance_counts(sizes, inside, ks, vocab, rng)
+
+
+def scorer_counts(model: Any, groups: method.CandidateGroups, reserved: Sequence[int], batch_groups: int,
+                  pad_id: int = 0) -> dict[str, float]:
+    """S2T-Local's scorer on held-out groups (collected like its training data, on problems it never saw): how
+    often its bin scores pick the teacher's candidate (the argmax of the teacher's probabilities over the
+    candidates), and how often the SLM's top-1 is that candidate (candidate 0: the SLM's top-k, most probable
+    first). C5/C6's precondition: the scorer must beat the SLM's own top-1 at its task."""
+    teacher = groups.teacher_probs.argmax(-1)
+    picks = []
+    for start in range(0, len(groups), batch_groups):
+        part = groups.subset(torch.arange(start, min(start + batch_groups, len(groups))))
+        with torch.no_grad():
+            scores = method.candidate_scores(model, part.prefixes, part.lengths, part.candidates, reserved, pad_id)
+        picks.append(scores.argmax(-1).to(teacher.device))
+    pick = torch.cat(picks) if picks else torch.zeros_like(teacher)
+    return {"heldout_group_count": float(len(groups)), "local_scorer_teacher_count": float((pick == teacher).sum()),
+            "slm_top1_teacher_count": float((teacher == 0).sum())}

@@ -191,7 +191,90 @@ def test_claim_metrics_differences_and_ratios_exact():
     assert claim_metrics.claim_metrics(smoke_config(), result) == {
         "hit8_minus_hit1": 0.5, "s2t_minus_takeover": 0.25, "s2t_minus_greedy": 0.375,
         "local_entropy_relative_gain": 0.5, "local_entropy_over_greedy": 1.5, "local_entropy_minus_maj": 0.5,
-        "slm_llm_disagree_count": 4.0, "slm_llm_disagree_rate": 0.5}
+        "slm_llm_disagree_count": 4.0, "slm_llm_disagree_rate": 0.5, "maj_minus_greedy": -0.25}
+    # the preconditions' numbers: class-only chance rates, the scorer against the SLM's top-1, the body's accuracy
+    result.add({f"class_chance_hit_at_{k}_count": float(c) for k, c in zip((1, 2, 4, 8), (1, 2, 4, 6))},
+               heldout_group_count=16.0, local_scorer_teacher_count=12.0, slm_top1_teacher_count=4.0,
+               local_body_greedy_accuracy=0.375)
+    out = claim_metrics.claim_metrics(smoke_config(), result)
+    assert [out[f"class_chance_hit_at_{k}"] for k in (1, 2, 4, 8)] == [0.125, 0.25, 0.5, 0.75]
+    assert (out["local_scorer_teacher_rate"], out["slm_top1_teacher_rate"], out["local_scorer_minus_top1"]) == (
+        0.75, 0.25, 0.5)
+    assert out["local_body_minus_greedy"] == -0.125
+    result.metrics.update(heldout_group_count=0.0, trigger_count=0.0)  # no group, no trigger step: NaN, not 0
+    out = claim_metrics.claim_metrics(smoke_config(), result)
+    assert np.isnan(out["local_scorer_minus_top1"]) and np.isnan(out["class_chance_hit_at_8"])
+
+
+def test_format_classes_hold_every_solution_token_and_mark_carries_and_markers():
+    classes = data.format_classes(3)
+    digits, carry = tuple(range(10)), (0, 1)
+    assert classes == [digits, carry, digits, carry, digits, carry, (data.ANSWER,), carry, digits, digits, digits,
+                       (data.EOS,)]
+    assert len(classes) == data.generated_length(3)
+    rng = np.random.default_rng(0)
+    for a, b in rng.integers(0, 1000, size=(200, 2)):
+        solution = data.encode_solution(int(a), int(b), 3)
+        assert all(token in allowed for token, allowed in zip(solution, classes))
+
+
+def test_class_chance_ranker_hits_at_its_expected_rates():
+    """A ranker that knows only the class: hit@K = min(K, |C|) / |C| when the target is in the class (0.8 at K = 8 on
+    a digit, 1 on a carry), else max(0, K - |C|) / (V - |C|); the hits are nested in K."""
+    n = 20_000
+    rng = np.random.default_rng(1)
+    cases = {"digit": ([10] * n, [True] * n), "carry": ([2] * n, [True] * n), "outside": ([10] * n, [False] * n)}
+    rates = {name: {k: model.class_chance_counts(sizes, inside, [k], 14, np.random.default_rng(7))[
+        f"class_chance_hit_at_{k}_count"] / n for k in (1, 2, 4, 8)} for name, (sizes, inside) in cases.items()}
+    assert rates["carry"] == {1: pytest.approx(0.5, abs=0.02), 2: 1.0, 4: 1.0, 8: 1.0}
+    for k in (1, 2, 4, 8):
+        assert rates["digit"][k] == pytest.approx(k / 10, abs=0.02)
+        assert rates["outside"][k] == pytest.approx(max(0, k - 10) / 4, abs=0.02)
+    counts = model.class_chance_counts([10] * 50 + [2] * 50, [True] * 100, [1, 2, 4, 8], 14, rng)
+    assert [counts[f"class_chance_hit_at_{k}_count"] for k in (1, 2, 4, 8)] == sorted(counts.values())
+    assert counts["class_chance_hit_at_8_count"] >= 50  # every carry step is a hit at K >= 2
+
+
+class _BinStub(torch.nn.Module):
+    """A 'model' whose score bins, read at the position of candidate c, say 1 for token ``liked`` and 0 else."""
+
+    def __init__(self, liked: int, vocab: int = 30, first_bin: int = 14):
+        super().__init__()
+        self.liked, self.vocab, self.first_bin = liked, vocab, first_bin
+
+    def forward(self, input_ids):
+        logits = torch.zeros(*input_ids.shape, self.vocab)
+        top = torch.where(input_ids == self.liked, self.first_bin + 15, self.first_bin)
+        logits.scatter_(-1, top[..., None], 50.0)
+        return type("Out", (), {"logits": logits})()
+
+
+def test_scorer_counts_compare_the_bin_scores_and_the_slm_top1_with_the_teacher():
+    from tasks.select_to_think import method
+
+    candidates = torch.tensor([[3, 5, 7], [5, 3, 7], [7, 5, 3], [5, 7, 3]])  # the SLM's top-3, most probable first
+    teacher = torch.tensor([[0.6, 0.3, 0.1], [0.2, 0.7, 0.1], [0.1, 0.1, 0.8], [0.5, 0.4, 0.1]])
+    groups = method.CandidateGroups(torch.tensor([[1, 2, 0], [1, 2, 4], [1, 0, 0], [1, 2, 3]]),
+                                    torch.tensor([2, 3, 1, 3]), candidates, teacher)
+    reserved = method.bin_ids(14, 16)
+    # the teacher's candidates: token 3, 3, 3, 5. A scorer that likes token 3 picks it in the first three groups
+    assert model.scorer_counts(_BinStub(liked=3), groups, reserved, batch_groups=3) == {
+        "heldout_group_count": 4.0, "local_scorer_teacher_count": 3.0, "slm_top1_teacher_count": 2.0}
+    # a scorer that likes token 7 never agrees with this teacher: it does not beat the top-1
+    assert model.scorer_counts(_BinStub(liked=7), groups, reserved, batch_groups=2)["local_scorer_teacher_count"] == 0
+    empty = groups.subset(torch.arange(0))
+    assert model.scorer_counts(_BinStub(liked=3), empty, reserved, batch_groups=2)["heldout_group_count"] == 0.0
+
+
+def test_llm_preferred_tokens_are_the_llms_own_greedy_choices(smoke_results):
+    """One causal forward pass gives the LLM's argmax after every prefix: on its own greedy path, its own tokens."""
+    from tasks.select_to_think import method
+
+    cfg, root, _, _, _, _ = smoke_results
+    setup = model.load_setup(cfg, 0, root / "data")
+    llm = model.load_lm(root / "models" / "seed0", model.LLM)
+    trace = method.decode(llm, setup.test.prompts, setup.test.steps, method.DecodePolicy(), reserved=setup.reserved)
+    assert torch.equal(evaluate.llm_preferred_tokens(llm, setup.test.prompts, trace.tokens), trace.tokens)
 
 
 def test_differ_counts_and_accuracy_ratio():
@@ -322,6 +405,17 @@ def test_hub_train_and_evaluate_run_on_stand_in_models(tmp_path, monkeypatch):
     result.add(claim_metrics.claim_metrics(cfg, result))
     m = result.metrics
     assert m["test_count"] == 5 and m["local_entropy_llm_evaluations"] == 0.0
+    # the preconditions are measured at the paper profile too: the LLM alone, a uniform chance ranker over the
+    # vocabulary, the fine-tuned body alone and the scorer on the test problems' held-out groups
+    assert 0 <= m["llm_correct_count"] <= 5 and 0 <= m["local_body_greedy_accuracy"] <= 1
+    assert m["heldout_group_count"] == m["trigger_count"]
+    assert m["local_scorer_teacher_count"] <= m["heldout_group_count"]
+    assert m["class_chance_hit_at_8_count"] <= m["trigger_count"] and np.isfinite(m["local_scorer_minus_top1"])
+    for claim in load_claims(FOLDER / "claims.yaml"):  # every paper-profile claim finds what it reads
+        if "paper" in claim.profiles and claim.metric is not None:
+            for measured in [claim, *claim.preconditions]:
+                counts = [measured.counts.successes, measured.counts.trials] if measured.counts else []
+                assert all(name in m for name in [measured.metric, *counts]), (claim.id, measured.metric)
     assert m["hit_at_8_count"] <= m["trigger_count"] and m["trigger_count"] > 0
     assert np.isnan(m["local_entropy_minus_maj"])  # Maj@N is not computed at the paper profile
     assert [row["k"] for row in result.tables["hit_at_k"]] == [1, 2, 4, 8]
