@@ -2,9 +2,10 @@
 nothing is trained, the runs are the measurement). Returns the raw traces, final regrets and tables;
 every claim's number is derived from them in ``claim_metrics.py``.
 
-Order of the work (each run draws from its own seeded streams, ``runs.stream_seed``): the main
-comparison method by method over every function, the zero-radius negative control on Needle-2D, then
-CGP-TR against random search (when configured).
+Order of the work (each run draws from its own seeded streams, ``runs.stream_seed``, so adding a
+stage changes no other number): the main comparison method by method over every function, the
+zero-radius negative control on Needle-2D, the repeated Needle-2D runs of CGP (C1), C7's zero-radius
+control on every function, then CGP-TR against random search (when configured).
 """
 
 from __future__ import annotations
@@ -18,6 +19,8 @@ from tasks.certificate_pruning.runs import (
     budget_for,
     checkpoints,
     method_runners,
+    repeated_needle_runs,
+    run_zero_radius_cgp,
     trust_region_rows,
     zero_radius_runs,
 )
@@ -31,12 +34,17 @@ Runs = dict[str, dict[str, Any]]  # function -> its run record (every method's t
 def evaluate(cfg: CertificatePruningConfig, seed: int, data_dir: Path, model_dir: Path, device: str = "cpu",
              progress: Progress = no_progress) -> SeedResult:
     """Every measurement of one seed. ``model_dir`` holds nothing (no training); ``device`` is unused
-    (numpy/scikit-learn on CPU). Each method, the negative control and CGP-TR are timed as a stage."""
+    (numpy/scikit-learn on CPU). Each method, the negative control, the repeated Needle-2D runs, C7's
+    control and CGP-TR are timed as a stage."""
     benches = load_benchmarks(cfg, seed, data_dir)
     result = SeedResult(seed)
     runs = run_main_comparison(cfg, benches, seed, result, progress)
     with result.stage("negative_control"):
         result.add(tables={"zero_radius_runs": zero_radius_runs(cfg, benches["needle2d"], seed)})
+    with result.stage("repeated_needle_runs"):
+        result.add(tables={"repeated_needle_runs": repeated_needle_runs(cfg, benches["needle2d"], seed)})
+    with result.stage("zero_radius_gap_control"):
+        result.add(curves=zero_radius_gap_curves(cfg, benches, seed))
     if cfg.trust_region is not None:
         with result.stage("cgp_tr"):
             result.add(tables={"trust_region": trust_region_rows(cfg, benches, seed)})
@@ -71,6 +79,17 @@ def final_regrets(cfg: CertificatePruningConfig, runs: Runs, benches: dict[str, 
             metrics[f"regret_{f}_{m}"] = runs[f][m][-1]
         metrics[f"lipschitz_{f}"] = benches[f].lipschitz
     return metrics
+
+
+def zero_radius_gap_curves(cfg: CertificatePruningConfig, benches: dict[str, Benchmark], seed: int
+                           ) -> dict[str, list[float]]:
+    """C7's negative control, per function of the main comparison: eps_t of CGP with c_i = 0 and the true
+    regret of its own recommendation, step by step."""
+    curves: dict[str, list[float]] = {}
+    for k, f in enumerate(cfg.functions):
+        trace = run_zero_radius_cgp(cfg, benches[f], seed, k)
+        curves |= {f"zero_radius_gap_{f}": trace.gap, f"zero_radius_regret_{f}": trace.regret}
+    return curves
 
 
 def trace_curves(cfg: CertificatePruningConfig, runs: Runs) -> dict[str, list[float]]:

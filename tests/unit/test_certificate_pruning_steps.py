@@ -232,6 +232,12 @@ def claim_metric_names(claim) -> list[str]:
     return names
 
 
+# A rate over conditioned runs is NaN when its seed counted none; these are the only metrics allowed to be NaN.
+ZERO_TRIAL_RATES = {"c1_conditional_coverage_rate": "c1_conditional_runs",
+                    "c3_adaptive_conditional_coverage": "c3_adaptive_conditional_runs",
+                    "c3_adaptive_long_window_rate": "c3_adaptive_conditional_runs"}
+
+
 def test_train_writes_nothing_and_returns_an_empty_result(tmp_path):
     result = train(smoke_config(), 3, tmp_path / "data", tmp_path / "seed3")
     assert result == SeedResult(3)
@@ -247,7 +253,12 @@ def test_the_steps_return_every_claim_metric_of_its_profile(smoke_run):
             if "smoke" in claim.profiles:
                 for name in claim_metric_names(claim):
                     assert name in result.metrics, (claim.id, name)
-        assert all(isinstance(v, float) and math.isfinite(v) for v in result.metrics.values())
+        assert all(isinstance(v, float) for v in result.metrics.values())
+        # Only a conditional rate whose seed counted no run is NaN (smoke's T = 40 prunes nothing).
+        not_finite = {k for k, v in result.metrics.items() if not math.isfinite(v)}
+        assert not_finite <= set(ZERO_TRIAL_RATES), not_finite
+        for name in not_finite:
+            assert result.metrics[ZERO_TRIAL_RATES[name]] == 0.0, name
     assert not (root / "models").exists()  # nothing trained, nothing saved
     m = results[0].metrics
     assert m["c1_coverage_rate"] == 1.0 and m["c1_covered_runs"] == m["c1_runs"] == 2.0  # needle2d, branin
@@ -264,21 +275,44 @@ def test_rates_are_their_counts_over_trials(smoke_run):
             for result in results:
                 m = result.metrics
                 k, n = m[measured.counts.successes], m[measured.counts.trials]
-                assert k == round(k) and n == round(n) and 0 <= k <= n and n >= 1, claim.id
-                assert m[measured.metric] == pytest.approx(k / n), claim.id
+                assert k == round(k) and n == round(n) and 0 <= k <= n, claim.id
+                if n == 0:  # a conditional rate with no counted run on this seed
+                    assert math.isnan(m[measured.metric]) and measured.metric in ZERO_TRIAL_RATES, claim.id
+                else:
+                    assert m[measured.metric] == pytest.approx(k / n), claim.id
 
 
 def test_precondition_counts_follow_the_traces(smoke_run):
-    """C1's pruning and C7's informativeness preconditions, recounted from the per-step curves."""
+    """The pruning and informativeness counts (reported), C1's conditional counts, C3a's window and C7's
+    zero-radius control, recounted from the per-step curves and the repeated runs' table."""
     cfg, _, _, results = smoke_run
+    pruned_volume = claim_metrics.PRUNED_VOLUME
     for result in results:
         m, curves = result.metrics, result.curves
         synthetic = [f for f in cfg.functions if f != "svm"]
-        assert m["c1_pruned_runs"] == sum(curves[f"volume_{f}"][-1] <= claim_metrics.PRUNED_VOLUME for f in synthetic)
+        assert m["c1_pruned_runs"] == sum(curves[f"volume_{f}"][-1] <= pruned_volume for f in synthetic)
         assert m["c7_informative_runs"] == sum(curves[f"gap_{f}"][-1] < claim_metrics.INFORMATIVE_GAP
                                                for f in cfg.functions)
         assert m["c7_bounded_runs"] == sum(
             all(g >= r - 1e-12 for g, r in zip(curves[f"gap_{f}"], curves[f"regret_{f}_cgp"])) for f in cfg.functions)
+        # C1 over the runs that pruned: the synthetic functions' runs and the repeated Needle-2D runs.
+        repeated = result.tables["repeated_needle_runs"]
+        assert len(repeated) == m["c1_repeated_runs"] == cfg.negative_control.runs
+        runs_ = [(min(curves[f"margin_{f}"]), curves[f"volume_{f}"][-1]) for f in synthetic]
+        runs_ += [(min(r["margin"]), r["final_volume"]) for r in repeated]
+        assert all(len(r["margin"]) == cfg.budget.low_dim for r in repeated)
+        assert m["c1_conditional_runs"] == sum(v <= pruned_volume or low < 0 for low, v in runs_)
+        assert m["c1_conditional_covered_runs"] == sum(v <= pruned_volume and low >= 0 for low, v in runs_)
+        # C3a's window: from the last doubling (included) to T.
+        rows = {row["function"]: row for row in result.tables["benchmarks"]}
+        windows = [len(curves[f"adaptive_margin_{f}"]) - (rows[f]["adaptive_doubling_steps"] or [1])[-1] + 1
+                   for f in synthetic]
+        assert m["c3_adaptive_min_window"] == min(windows) >= 1
+        # C7's control: runs where eps_t of the zero-radius CGP fell below the regret of its recommendation.
+        assert m["c7_zero_radius_runs"] == len(cfg.functions)
+        assert m["c7_zero_radius_violated_runs"] == sum(
+            any(g < r - 1e-12 for g, r in zip(curves[f"zero_radius_gap_{f}"], curves[f"zero_radius_regret_{f}"]))
+            for f in cfg.functions)
 
 
 def test_every_claim_metric_is_produced_by_a_config_with_every_section(tmp_path):
@@ -339,6 +373,22 @@ def test_claim_metrics_are_derived_from_the_measurements(smoke_run):
     rows = measured.tables["zero_radius_runs"]
     assert derived["c1_zero_radius_failures"] == sum(not r["covered"] for r in rows)
     assert derived["c1_zero_radius_runs"] == cfg.negative_control.runs == len(rows)
+    # A repeated Needle-2D run that loses x* at its last step is counted by C1's conditional rate as a
+    # trial and a miss, even though it pruned little (a miss is never conditioned away).
+    repeated = [dict(r) for r in measured.tables["repeated_needle_runs"]]
+    assert repeated[0]["final_volume"] > claim_metrics.PRUNED_VOLUME and min(repeated[0]["margin"]) >= 0
+    repeated[0]["margin"] = [*repeated[0]["margin"][:-1], -1.0]
+    missed = claim_metrics.claim_metrics(cfg, SeedResult(0).add(measured.metrics, curves=measured.curves,
+                                                                tables={**measured.tables,
+                                                                        "repeated_needle_runs": repeated}))
+    assert missed["c1_conditional_runs"] == derived["c1_conditional_runs"] + 1
+    assert missed["c1_conditional_covered_runs"] == derived["c1_conditional_covered_runs"]
+    # C7's control: a zero-radius gap of 0 at every step breaks the bound wherever the regret is positive.
+    assert derived["c7_zero_radius_violated_runs"] < len(cfg.functions)
+    zero_gap = {f"zero_radius_gap_{f}": [0.0] * len(measured.curves[f"zero_radius_gap_{f}"]) for f in cfg.functions}
+    broken_gap = claim_metrics.claim_metrics(cfg, SeedResult(0).add(
+        measured.metrics, tables=measured.tables, curves={**measured.curves, **zero_gap}))
+    assert broken_gap["c7_zero_radius_violated_runs"] == len(cfg.functions)
 
 
 def test_claim_metric_helpers():
@@ -351,6 +401,57 @@ def test_claim_metric_helpers():
     assert claim_metrics.loglog_slope(volume) == pytest.approx(-0.5, abs=1e-9)
     assert claim_metrics.loglog_slope(np.ones(50)) == 0.0
     assert runs.checkpoints(100, 4) == [25, 50, 75, 100]
+
+
+def test_conditional_counts_drop_only_covered_runs_that_pruned_little():
+    """(covered, pruned) per run: a run counts when it pruned or missed; a success when it pruned and covered."""
+    covered = [True, True, False, False]
+    pruned = [True, False, True, False]
+    assert claim_metrics.conditional_counts(covered, pruned) == (1, 3)
+    # The conditional rate never exceeds the unconditional one (only covered runs are dropped) ...
+    k, n = claim_metrics.conditional_counts(covered, pruned)
+    assert k / n <= sum(covered) / len(covered)
+    # ... and nothing pruned and nothing missed leaves no trial (the rate is NaN, not a vacuous 1).
+    assert claim_metrics.conditional_counts([True, True], [False, False]) == (0, 0)
+    assert math.isnan(claim_metrics.rate(0, 0))
+
+
+def test_coverage_window_runs_from_the_last_doubling_to_the_end():
+    margins = [0.1] * 10
+    assert claim_metrics.coverage_window(margins, []) == 10
+    assert claim_metrics.coverage_window(margins, [3, 7]) == 4
+    assert claim_metrics.coverage_window(margins, [10]) == 1  # a doubling at T: a one-step window
+
+
+def test_the_controls_use_their_own_settings_and_streams(monkeypatch):
+    """C7's control is CGP with c_i = 0 at the main noise and the known L; the repeated Needle-2D runs are
+    CGP with the radius at the main noise and budget; each run on its own streams."""
+    cfg = smoke_config(negative_control={"runs": 2, "noise_sd": 0.1, "budget": 10},
+                       budget={"low_dim": 12, "high_dim": 12})
+    rows = data.benchmark_rows(["needle2d"], seed=0, needle_width=0.08, lipschitz_samples=2000,
+                               lipschitz_safety=1.2, svm_table=None)
+    needle = data.benchmark_from_row(rows.to_dicts()[0], None)
+    built = []
+    original_init = runs.method.CertificateGuidedPruning.__init__
+
+    def recording_init(self, dim, settings, seed):
+        built.append((settings, seed))
+        original_init(self, dim, settings, seed)
+
+    monkeypatch.setattr(runs.method.CertificateGuidedPruning, "__init__", recording_init)
+    zero = runs.run_zero_radius_cgp(cfg, needle, 0, 0)
+    main = runs.run_cgp(cfg, needle, 0, 0)["cgp"]
+    repeated = runs.repeated_needle_runs(cfg, needle, 0)
+    (zero_settings, zero_seed), (main_settings, main_seed), *repeated_built = built
+    assert zero_settings.radius_scale == 0.0 and main_settings.radius_scale == 1.0
+    assert zero_settings.noise_sd == main_settings.noise_sd == cfg.noise_sd
+    assert zero_settings.lipschitz == main_settings.lipschitz == needle.lipschitz
+    assert [s.radius_scale for s, _ in repeated_built] == [1.0, 1.0]
+    assert all(s.noise_sd == cfg.noise_sd for s, _ in repeated_built)
+    assert len({zero_seed, main_seed, *(seed for _, seed in repeated_built)}) == 4  # own optimiser streams
+    assert len(zero.gap) == len(main.gap) == 12
+    assert [r["run"] for r in repeated] == [0, 1] and all(len(r["margin"]) == 12 for r in repeated)
+    assert repeated[0]["margin"] != repeated[1]["margin"]
 
 
 def test_figures_build_from_results(smoke_run, tmp_path):
