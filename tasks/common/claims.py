@@ -268,8 +268,11 @@ def binomial_interval(per_seed: Mapping[int, Mapping[str, float]], counts: Count
     """Rates clustered by seed: the wider of the pooled Clopper-Pearson interval and the t-interval of
     the per-seed rates (clipped to [0, 1]); the centre is the pooled rate."""
     pooled = clopper_pearson(*pooled_counts(per_seed, counts))
-    spread = t_interval(per_seed_rates(per_seed, counts))
-    if not pooled.has_interval or not spread.has_interval:
+    rates = per_seed_rates(per_seed, counts)
+    if not pooled.has_interval or len(rates) < 2:
+        return pooled
+    spread = t_interval(rates)
+    if not spread.has_interval:
         return pooled
     low, high = min(pooled.low, max(0.0, spread.low)), max(pooled.high, min(1.0, spread.high))
     reason = "" if (low, high) == (pooled.low, pooled.high) else "per-seed rates vary: t-interval of the rates"

@@ -301,3 +301,12 @@ def test_binomial_with_agreeing_seeds_is_the_pooled_interval():
     row = evaluate_claim(c, per_seed, "cpu", "p")
     ref = stats.binomtest(210, 300).proportion_ci(method="exact")
     assert (row["ci_low"], row["ci_high"]) == pytest.approx((ref.low, ref.high))
+
+
+def test_binomial_with_no_trials_on_any_seed_is_inconclusive_not_a_crash():
+    c = claim(metric="rate", check=Check(op=">=", value=0.5), interval="binomial",
+              counts={"successes": "k", "trials": "n"})
+    row = evaluate_claim(c, {s: {"rate": math.nan, "k": 0, "n": 0} for s in range(3)}, "cpu", "p")
+    assert row["verdict"] == INCONCLUSIVE and "invalid counts" in row["note"]
+    one = {0: {"rate": 1.0, "k": 3, "n": 3}, 1: {"rate": math.nan, "k": 0, "n": 0}}
+    assert evaluate_claim(c, one, "cpu", "p")["ci_low"] == pytest.approx(clopper_pearson(3, 3).low)
