@@ -4,11 +4,13 @@ from __future__ import annotations
 
 from pydantic import Field, model_validator
 
-from tasks.common.params import ProfileConfig
+from tasks.common.params import PaperConfig, ProfileConfig
+
+TITLE = "arm_ebm: Autoregressive LMs are secretly EBMs"
 
 
 class ToyConfig(ProfileConfig):
-    """The enumerable target EBM of the brief: R = sum_t a*score(y_t) + b*1[y_T=y_1] + c*1[sum y = x mod V]."""
+    """The enumerable target EBM (README, "Test bed"): R = sum_t a*score(y_t) + b*1[y_T=y_1] + c*1[sum y = x mod V]."""
 
     vocab_size: int = Field(ge=2, le=8)
     horizon: int = Field(ge=2, le=8)
@@ -97,14 +99,16 @@ class PaperProfileConfig(ProfileConfig):
     dtype: str = Field(pattern="^(float32|float64|bfloat16)$")
 
 
-class ArmEbmConfig(ProfileConfig):
+class ArmEbmConfig(PaperConfig):
+    """One profile of arm_ebm: E1 and E4 always; the GPT-2 (E2, E4), tabular and neural EBM (E3) studies at
+    smoke and cpu; the hub model (paper profile)."""
+
     toy: ToyConfig
     bound: BoundConfig
     gpt2: TinyGPT2Config | None = None
     tabular: TabularConfig | None = None
     neural_ebm: NeuralEBMConfig | None = None
     hub: PaperProfileConfig | None = None
-    device: str = Field(default="auto", pattern="^(auto|cpu|cuda|mps)$")
 
 
 CONFIG = ArmEbmConfig

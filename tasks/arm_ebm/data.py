@@ -1,8 +1,8 @@
-"""Data of the arm_ebm experiment.
+"""Data of arm_ebm (``data/arm_ebm/``), procedural at every profile.
 
-smoke / cpu: the enumerable toy EBM (every sequence with its energy and exact log-probability) and
-exact samples for the tabular study, both procedural. paper: prompts for a real causal LM from the
-hub (`hub.hf_model`), loaded with ``transformers``; tests use a local stand-in folder.
+Per seed: the enumerable toy EBM (every sequence with its energy and exact log-probability,
+``toy_seed<N>.parquet``) and, where the profile has the tabular study, exact samples from a smaller toy
+EBM (``tabular_seed<N>.parquet``). The paper profile's hub model is loaded by ``hub.py``.
 """
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ import numpy as np
 import polars as pl
 
 from tasks.arm_ebm import method
-from tasks.arm_ebm.config import TabularConfig, ToyConfig
-from tasks.common.io import write_with
+from tasks.arm_ebm.config import ArmEbmConfig, TabularConfig, ToyConfig
+from tasks.common.io import write_parquet
 
 
 def toy_spec(toy: ToyConfig, seed: int) -> method.ToyEBMSpec:
@@ -55,15 +55,29 @@ def tabular_samples(tab: TabularConfig, toy: ToyConfig, seed: int) -> pl.DataFra
     return pl.DataFrame(columns)
 
 
-def write_parquet(frame: pl.DataFrame, path: Path) -> Path:
-    return write_with(path, lambda tmp: frame.write_parquet(tmp))
+def write_data(cfg: ArmEbmConfig, seeds: tuple[int, ...], data_dir: Path) -> list[Path]:
+    """The toy enumeration table and (where configured) the tabular study's samples, per seed."""
+    written = []
+    for seed in seeds:
+        written.append(write_parquet(toy_table(cfg.toy, seed), Path(data_dir) / f"toy_seed{seed}.parquet"))
+        if cfg.tabular is not None:
+            written.append(write_parquet(tabular_samples(cfg.tabular, cfg.toy, seed),
+                                         Path(data_dir) / f"tabular_seed{seed}.parquet"))
+    return written
 
 
-def load_hub_model(name_or_path: str, dtype: str):
-    """Paper profile: a real causal LM and its tokenizer by hub name (or a local folder in tests)."""
-    import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+def read_toy_energy(data_dir: Path, toy: ToyConfig, seed: int) -> np.ndarray:
+    """The seed's toy energies R(x, y), (X, V**T), as the data phase wrote them."""
+    return energy_from_table(pl.read_parquet(Path(data_dir) / f"toy_seed{seed}.parquet"), toy)
 
-    tokenizer = AutoTokenizer.from_pretrained(name_or_path)
-    model = AutoModelForCausalLM.from_pretrained(name_or_path, dtype=getattr(torch, dtype))
-    return model.eval(), tokenizer
+
+def read_tabular_samples(data_dir: Path, seed: int) -> np.ndarray:
+    """The seed's tabular samples as rows [x, y_1, ..., y_T]."""
+    return pl.read_parquet(Path(data_dir) / f"tabular_seed{seed}.parquet").to_numpy()
+
+
+def check_toy_energy(energy: np.ndarray, toy: ToyConfig, seed: int) -> None:
+    """Raise if the data phase's toy table is not the toy of this config and seed (stale data)."""
+    _, total = method.toy_ebm_rewards(toy_spec(toy, seed))
+    if not np.allclose(method.sequence_energy(total), energy, rtol=0, atol=1e-12):
+        raise ValueError("data/arm_ebm toy table does not match the toy config: rerun the data phase")

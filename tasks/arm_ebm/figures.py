@@ -2,20 +2,21 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
+from tasks.arm_ebm.config import ArmEbmConfig
 from tasks.common.figures import new_figure, save_figure, write_plot_csv
+from tasks.common.results import SeedResult
 
 
-def kl_vs_horizon(results: Sequence[Mapping[str, Any]], path: Path) -> Path:
+def kl_vs_horizon(results: Sequence[SeedResult], path: Path) -> Path:
     """E4: mean KL(p_R || p_qhat) over draws and seeds against T, one line per eps, with 2*T*eps dashed."""
     fig, axes = new_figure()
     ax = axes[0, 0]
-    rows = [row for r in results for row in r["tables"]["e4_kl_vs_T"]]
+    rows = [row for r in results for row in r.tables["e4_kl_vs_T"]]
     for i, eps in enumerate(sorted({row["eps"] for row in rows})):
         horizons = sorted({row["T"] for row in rows if row["eps"] == eps})
         mean = [np.mean([row["mean_kl"] for row in rows if row["eps"] == eps and row["T"] == t]) for t in horizons]
@@ -29,22 +30,21 @@ def kl_vs_horizon(results: Sequence[Mapping[str, Any]], path: Path) -> Path:
     return save_figure(fig, path)
 
 
-def first_token_marginals(results: Sequence[Mapping[str, Any]], path: Path, b: float, c: float) -> Path | None:
+def first_token_marginals(results: Sequence[SeedResult], path: Path, b: float, c: float) -> Path | None:
     """E2: p(y_1 | x=0) of the EBM, the exact ARM, GPT-2 and the myopic ARM (first seed)."""
-    marginals = results[0]["tables"].get("first_token_marginals_prompt0")
-    if marginals is None:
+    rows = results[0].tables.get("first_token_marginals_prompt0")
+    if rows is None:
         return None
     fig, axes = new_figure()
     ax = axes[0, 0]
-    names = ["ebm", "exact", "gpt2", "myopic"]
     width = 0.2
-    tokens = np.arange(len(marginals["ebm"]))
-    for i, name in enumerate(names):
-        ax.bar(tokens + (i - 1.5) * width, marginals[name], width=width, label=name)
+    tokens = np.array([row["token"] for row in rows])
+    for i, name in enumerate(("ebm", "exact", "gpt2", "myopic")):
+        ax.bar(tokens + (i - 1.5) * width, [row[name] for row in rows], width=width, label=name)
     ax.set_xticks(tokens)
     ax.set_xlabel("first token y_1")
     ax.set_ylabel("p(y_1 | x=0)")
-    ax.set_title(f"First-token marginals (seed {results[0]['seed']}, b=c={b:g}/{c:g})")
+    ax.set_title(f"First-token marginals (seed {results[0].seed}, b=c={b:g}/{c:g})")
     ax.legend()
     return save_figure(fig, path)
 
@@ -54,19 +54,19 @@ def _moving_average(values: Sequence[float], width: int) -> np.ndarray:
     return np.convolve(np.asarray(values, dtype=float), np.ones(width) / width, mode="valid")
 
 
-def nll_curves(results: Sequence[Mapping[str, Any]], path: Path) -> Path | None:
+def nll_curves(results: Sequence[SeedResult], path: Path) -> Path | None:
     """Training curves: GPT-2's training cross-entropy above the entropy floor H(p_R) (an estimate of KL, smoothed),
     and the tabular ARM vs the tabular EBM on the same samples."""
     first = results[0]
-    if "gpt2_train_nll" not in first["curves"] and "tabular_arm_nll" not in first["curves"]:
+    if "gpt2_train_nll" not in first.curves and "tabular_arm_nll" not in first.curves:
         return None
     fig, axes = new_figure(ncols=2)
     ax = axes[0, 0]
-    if "gpt2_train_nll" in first["curves"]:
+    if "gpt2_train_nll" in first.curves:
         for r in results:
-            excess = np.asarray(r["curves"]["gpt2_train_nll"]) - r["metrics"]["e2_entropy_floor"]
+            excess = np.asarray(r.curves["gpt2_train_nll"]) - r.metrics["e2_entropy_floor"]
             smooth = _moving_average(excess, 50)
-            ax.plot(np.arange(len(smooth)) + 49, np.maximum(smooth, 1e-3), label=f"seed {r['seed']}")
+            ax.plot(np.arange(len(smooth)) + 49, np.maximum(smooth, 1e-3), label=f"seed {r.seed}")
         ax.axhline(0.05, color="k", ls=":", label="C5a threshold 0.05")
         ax.set_yscale("log")
         ax.set_xlabel("step")
@@ -74,25 +74,25 @@ def nll_curves(results: Sequence[Mapping[str, Any]], path: Path) -> Path | None:
         ax.set_title("GPT-2 ARM, population cross-entropy estimate (50-step mean)")
         ax.legend()
     ax = axes[0, 1]
-    if "tabular_arm_nll" in first["curves"]:
-        ax.plot(first["curves"]["tabular_arm_nll"], label="tabular ARM (teacher forcing)")
-        ax.plot(first["curves"]["tabular_ebm_nll"], ls="--", label="tabular EBM (exact MLE)")
+    if "tabular_arm_nll" in first.curves:
+        ax.plot(first.curves["tabular_arm_nll"], label="tabular ARM (teacher forcing)")
+        ax.plot(first.curves["tabular_ebm_nll"], ls="--", label="tabular EBM (exact MLE)")
         ax.set_xlabel("Adam step")
         ax.set_ylabel("train NLL [nats/sequence]")
-        ax.set_title(f"Supervised equivalence, tabular (seed {first['seed']})")
+        ax.set_title(f"Supervised equivalence, tabular (seed {first.seed})")
         ax.legend()
     return save_figure(fig, path)
 
 
-def make_figures(config: Any, results: Sequence[Mapping[str, Any]], figures_dir: Path, plots_dir: Path
+def make_figures(config: ArmEbmConfig, results: Sequence[SeedResult], figures_dir: Path, plots_dir: Path
                  ) -> list[Path]:
     """Every figure of the paper from the seeds' results, plus the CSV sources of ``dvc plots``."""
     made = [kl_vs_horizon(results, figures_dir / "kl_vs_horizon.png"),
             first_token_marginals(results, figures_dir / "first_token_marginals.png", config.toy.b, config.toy.c),
             nll_curves(results, figures_dir / "nll_curves.png")]
-    write_plot_csv([row | {"seed": r["seed"]} for r in results for row in r["tables"]["e4_kl_vs_T"]],
+    write_plot_csv([row | {"seed": r.seed} for r in results for row in r.tables["e4_kl_vs_T"]],
                    plots_dir / "kl_vs_horizon.csv")
-    if "gpt2_train_nll" in results[0]["curves"]:
-        write_plot_csv([{"step": i, "seed": r["seed"], "nll": v} for r in results
-                        for i, v in enumerate(r["curves"]["gpt2_train_nll"])], plots_dir / "gpt2_train_nll.csv")
+    if "gpt2_train_nll" in results[0].curves:
+        write_plot_csv([{"step": i, "seed": r.seed, "nll": v} for r in results
+                        for i, v in enumerate(r.curves["gpt2_train_nll"])], plots_dir / "gpt2_train_nll.csv")
     return [p for p in made if p is not None]

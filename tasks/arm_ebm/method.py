@@ -128,7 +128,7 @@ def toy_ebm_rewards(spec: ToyEBMSpec) -> tuple[Tables, Tables]:
     local:  r_t(s, a) = a * score(a) at every step t (all a myopic model sees).
     total:  local plus, at the last step t = T-1 only (they need the whole sequence),
             b * 1[a = y_1] + c * 1[(sum_{k<T} y_k + a) = x mod V],
-    so that sum_t r_t(s_t, y_t) = R(x, y) of the brief. For T = 1, y_T = y_1 always holds.
+    so that sum_t r_t(s_t, y_t) = R(x, y) (README, "What is measured"). For T = 1, y_T = y_1 always holds.
     """
     vocab, horizon, n_prompts = spec.vocab_size, spec.horizon, spec.n_prompts
     if vocab < 1 or horizon < 1 or n_prompts < 1:
@@ -253,7 +253,7 @@ def shape_rewards(rewards: Sequence[np.ndarray], potential: Sequence[np.ndarray]
 def myopic_arm(local_rewards: Sequence[np.ndarray]) -> Tables:
     """Negative control: q_t(s, a) = r_t(s, a), the soft Bellman equation with V(s (+) a) dropped.
 
-    Which per-step rewards are passed sets what the myopic model sees. The brief's reference numbers for
+    Which per-step rewards are passed sets what the myopic model sees. The project's reference numbers for
     V=5, T=6, X=8, b=c=4 (KL(p_R || myopic) ~ 1.1 nats, first-token TV ~ 0.15; ~0.68 / 0.13 for b=c=3) are
     reproduced by passing ``total_rewards`` (global terms visible only at the last step, no lookahead);
     passing ``local_rewards`` (global terms never seen) gives a larger KL (~2.4) and the same first-token TV,
@@ -535,8 +535,24 @@ def one_hot_sequences(n_prompts: int, vocab_size: int, horizon: int) -> torch.Te
     return torch.cat([x_part, y_part.repeat(n_prompts, 1)], dim=1)
 
 
-def fit_neural_ebm(target_logp: np.ndarray, vocab_size: int, horizon: int, hidden: int, steps: int, lr: float,
-                   seed: int = 0, prompts_per_step: int | None = None) -> tuple[np.ndarray, list[float]]:
+def neural_energy_net(n_inputs: int, hidden: int, seed: int) -> torch.nn.Sequential:
+    """The MLP energy E_theta(x, y): Linear -> SiLU -> Linear -> SiLU -> Linear(1) on one-hot (x, y) inputs,
+    initialised from ``seed`` (under ``torch_init_seed``: parallel seeds share torch's global generator)."""
+    with torch_init_seed(seed):
+        return torch.nn.Sequential(
+            torch.nn.Linear(n_inputs, hidden), torch.nn.SiLU(),
+            torch.nn.Linear(hidden, hidden), torch.nn.SiLU(),
+            torch.nn.Linear(hidden, 1),
+        )
+
+
+def neural_ebm_inputs(n_prompts: int, vocab_size: int, horizon: int) -> torch.Tensor:
+    """:func:`one_hot_sequences` as (X, V**T, X + T*V): one block of every sequence per prompt."""
+    return one_hot_sequences(n_prompts, vocab_size, horizon).reshape(n_prompts, vocab_size**horizon, -1)
+
+
+def train_neural_ebm(target_logp: np.ndarray, vocab_size: int, horizon: int, hidden: int, steps: int, lr: float,
+                     seed: int = 0, prompts_per_step: int | None = None) -> tuple[torch.nn.Sequential, list[float]]:
     """MLP energy E_theta(x, y) on one-hot inputs, p_theta(y|x) = softmax_y E_theta(x, .), trained by Adam (cosine
     decay) on the exact population NLL  -mean_x sum_y p_R(y|x) log p_theta(y|x)  (partition by enumeration).
 
@@ -544,20 +560,15 @@ def fit_neural_ebm(target_logp: np.ndarray, vocab_size: int, horizon: int, hidde
     under p_R (cross-entropy H(p_R, p_theta)). ``prompts_per_step`` (default: every prompt) draws that many
     prompts per step without replacement: the per-prompt term stays exact (its partition over every y), the
     step's loss is an unbiased estimate of the mean over prompts, and a step costs that fraction of a full one.
-    Returns (log p_theta as (X, V**T) float64, curve) where curve[k] is step k's loss (over its prompts).
+    Returns (the trained energy network, curve) where curve[k] is step k's loss (over its prompts).
     """
     target_logp = np.asarray(target_logp, dtype=np.float64)
     n_prompts = target_logp.shape[0]
     per_step = n_prompts if prompts_per_step is None else prompts_per_step
     if not 1 <= per_step <= n_prompts:
         raise ValueError(f"prompts_per_step must be in [1, {n_prompts}], got {prompts_per_step}")
-    inputs = one_hot_sequences(n_prompts, vocab_size, horizon).reshape(n_prompts, vocab_size**horizon, -1)
-    with torch_init_seed(seed):  # parallel seeds share torch's global generator
-        energy_net = torch.nn.Sequential(
-            torch.nn.Linear(inputs.shape[-1], hidden), torch.nn.SiLU(),
-            torch.nn.Linear(hidden, hidden), torch.nn.SiLU(),
-            torch.nn.Linear(hidden, 1),
-        )
+    inputs = neural_ebm_inputs(n_prompts, vocab_size, horizon)
+    energy_net = neural_energy_net(inputs.shape[-1], hidden, seed)
     weights = torch.as_tensor(np.exp(target_logp), dtype=torch.float32)
     optimizer = torch.optim.Adam(energy_net.parameters(), lr=lr)
     schedule = torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, T_max=max(1, steps))
@@ -573,9 +584,21 @@ def fit_neural_ebm(target_logp: np.ndarray, vocab_size: int, horizon: int, hidde
         optimizer.step()
         schedule.step()
         curve.append(float(loss.detach()))
+    return energy_net, curve
+
+
+def neural_ebm_log_probs(energy_net: torch.nn.Module, n_prompts: int, vocab_size: int, horizon: int) -> np.ndarray:
+    """log p_theta(y|x) = log softmax_y E_theta(x, y) over every sequence, as (X, V**T) float64."""
     with torch.no_grad():
-        log_p = torch.log_softmax(energy_net(inputs).squeeze(-1).double(), dim=1)
-    return log_p.numpy(), curve
+        energies = energy_net(neural_ebm_inputs(n_prompts, vocab_size, horizon)).squeeze(-1)
+        return torch.log_softmax(energies.double(), dim=1).numpy()
+
+
+def fit_neural_ebm(target_logp: np.ndarray, vocab_size: int, horizon: int, hidden: int, steps: int, lr: float,
+                   seed: int = 0, prompts_per_step: int | None = None) -> tuple[np.ndarray, list[float]]:
+    """:func:`train_neural_ebm` then :func:`neural_ebm_log_probs`: (log p_theta as (X, V**T) float64, curve)."""
+    energy_net, curve = train_neural_ebm(target_logp, vocab_size, horizon, hidden, steps, lr, seed, prompts_per_step)
+    return neural_ebm_log_probs(energy_net, np.asarray(target_logp).shape[0], vocab_size, horizon), curve
 
 
 # ----------------------------------------------------------------------------------------------------

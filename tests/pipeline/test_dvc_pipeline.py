@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
+import sys
 
 import pytest
 import yaml
@@ -76,6 +78,21 @@ def test_report_stage_depends_on_every_paper():
     assert all(f"reports/{slug}/claims.json" in deps for slug in papers)
 
 
+def test_dvc_yaml_is_current(tmp_path):
+    """dvc.yaml is what `python -m flows.dvc_yaml` generates from params.yaml and the steps' imports."""
+    env = {k: v for k, v in os.environ.items() if k != "REPRO_ROOT"}
+    check = [sys.executable, "-m", "flows.dvc_yaml", "--check"]
+    current = subprocess.run(check, cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
+    assert current.returncode == 0, current.stderr
+    # Negative control: a hand edit in a copy is caught.
+    copy = tmp_path / "repo"
+    copy.mkdir()
+    copy_repository(copy)
+    (copy / "dvc.yaml").write_text((copy / "dvc.yaml").read_text().replace("--phase evaluate", "--phase all", 1))
+    stale = subprocess.run(check, cwd=copy, env=env, capture_output=True, text=True, timeout=120)
+    assert stale.returncode == 1 and "out of date" in stale.stderr, stale.stderr
+
+
 def test_push_then_pull_on_a_fresh_clone_restores_without_recompute(repo_copy, tmp_path):
     """`dvc push` to a directory remote; a fresh clone pulls data, models and reports and is up to
     date (`dvc status` clean, `dvc repro` runs nothing)."""
@@ -95,7 +112,8 @@ def test_push_then_pull_on_a_fresh_clone_restores_without_recompute(repo_copy, t
     assert dvc(clone, env, "remote", "modify", "--local", "local", "url", str(remote)).returncode == 0
     pulled = dvc(clone, env, "pull")
     assert pulled.returncode == 0, pulled.stderr
-    for path in ("data/arm_ebm/toy_seed0.parquet", "models/arm_ebm/seed1/result.json",
+    for path in ("data/arm_ebm/toy_seed0.parquet", "models/arm_ebm/seed1/train.json",
+                 "models/arm_ebm/seed1/gpt2_arm/model.safetensors", "reports/arm_ebm/evaluation/seed1.json",
                  "reports/arm_ebm/figures/kl_vs_horizon.png", "reports/index.html"):
         assert (clone / path).read_bytes() == (repo / path).read_bytes(), path
     status = dvc(clone, env, "status", "--json")

@@ -12,6 +12,7 @@ import time
 import pytest
 import yaml
 
+from tasks.common.claims import NOT_TESTABLE, REPORT_ONLY
 from tests.conftest import REPO, make_output_root
 from tests.pipeline.helpers import project_env, run_stage
 
@@ -19,15 +20,22 @@ pytestmark = pytest.mark.usefixtures("prefect_server")
 
 
 def slow_smoke_params(gpt2_steps: int = 400) -> str:
-    """Smoke params whose seeds take a few seconds each, so a kill lands between seeds."""
+    """Smoke params whose seeds train for a few seconds each, so a kill lands between seeds' trainings."""
     params = yaml.safe_load((REPO / "params.yaml").read_text())
     params["profile"] = "smoke"
     params["arm_ebm"]["smoke"]["gpt2"]["steps"] = gpt2_steps
     return yaml.safe_dump(params)
 
 
-def result_files(root):
-    return {p.parent.name: p for p in (root / "models" / "arm_ebm").glob("seed*/result.json")}
+def train_markers(root):
+    """The train phase's per-seed markers (tasks/common/paper_flow.py), by seed folder name."""
+    return {p.parent.name: p for p in (root / "models" / "arm_ebm").glob("seed*/train.json")}
+
+
+def seed_files(folder):
+    """(mtime, bytes) of every file a seed's training left (checkpoints and marker), by relative path."""
+    return {p.relative_to(folder).as_posix(): (p.stat().st_mtime_ns, p.read_bytes())
+            for p in sorted(folder.rglob("*")) if p.is_file()}
 
 
 def test_killed_run_resumes_without_redoing_finished_seeds(tmp_path):
@@ -39,55 +47,70 @@ def test_killed_run_resumes_without_redoing_finished_seeds(tmp_path):
                                cwd=root, env=env, start_new_session=True, stdout=subprocess.DEVNULL,
                                stderr=subprocess.DEVNULL)
     deadline = time.monotonic() + 300
-    while not result_files(root) and time.monotonic() < deadline and process.poll() is None:
+    while not train_markers(root) and time.monotonic() < deadline and process.poll() is None:
         time.sleep(0.05)
     os.killpg(process.pid, signal.SIGKILL)
     process.wait()
-    finished = {seed: (path.stat().st_mtime_ns, path.read_text()) for seed, path in result_files(root).items()}
-    assert finished, "no seed finished before the kill"
-    assert len(finished) < 6, "every seed finished before the kill: the test did not interrupt anything"
+    markers = train_markers(root)
+    assert markers, "no seed finished training before the kill"
+    assert len(markers) < 6, "every seed finished training before the kill: the test did not interrupt training"
+    finished = {seed: seed_files(path.parent) for seed, path in markers.items()}
     # A writer killed mid-write leaves only its temp sibling (*.partial); every final file is whole.
-    for seed, (_, text) in finished.items():
-        assert json.loads(text)["seed"] == int(seed.removeprefix("seed"))
-        assert (root / "models" / "arm_ebm" / seed / "gpt2_arm" / "model.safetensors").stat().st_size > 0
+    for seed, files in finished.items():
+        record = json.loads(files["train.json"][1])
+        assert record["seed"] == int(seed.removeprefix("seed"))
+        assert "gpt2_arm/model.safetensors" in record["checkpoints"]
+        assert set(record["checkpoints"]) == set(files) - {"train.json"}
     for debris in root.rglob("*.partial"):
         assert debris.name.startswith("."), f"a final path looks half-written: {debris}"
+    assert not (root / "reports" / "arm_ebm" / "evaluation").exists(), "the kill did not land in training"
     assert not (root / "reports" / "arm_ebm" / "claims.json").exists()
 
     again = run_stage(root, "arm_ebm", "--phase", "run", *seeds, env=env)
     assert again.returncode == 0, again.stderr[-2000:]
-    after = result_files(root)
-    assert sorted(after) == [f"seed{s}" for s in range(6)]
-    for seed, (mtime, text) in finished.items():
-        assert after[seed].stat().st_mtime_ns == mtime, f"{seed} was recomputed"
-        assert after[seed].read_text() == text
+    assert sorted(train_markers(root)) == [f"seed{s}" for s in range(6)]
+    for seed, files in finished.items():
+        # The marker and every checkpoint of a finished seed are untouched: its training was not redone.
+        assert seed_files(root / "models" / "arm_ebm" / seed) == files, f"{seed} was retrained"
     assert not list(root.rglob("*.partial")), "the resumed run left the killed run's temp files"
+    assert sorted(p.name for p in (root / "reports" / "arm_ebm" / "evaluation").iterdir()) == [
+        f"seed{s}.json" for s in range(6)]
     rows = json.loads((root / "reports" / "arm_ebm" / "claims.json").read_text())
-    assert {r["n_seeds"] for r in rows if r["verdict"] != "not testable at this profile"} == {6}
+    assert {r["n_seeds"] for r in rows if r["verdict"] not in (NOT_TESTABLE, REPORT_ONLY)} == {6}
+
+
+def train_and_evaluate(config, seed, data_dir, model_dir):
+    """One seed through the contract's steps, as the flow runs them: train, evaluate, claim metrics."""
+    from tasks.arm_ebm import claim_metrics, evaluate, train
+
+    result = train.train(config, seed, data_dir, model_dir).merged(
+        evaluate.evaluate(config, seed, data_dir, model_dir))
+    return result.add(claim_metrics.claim_metrics(config, result))
 
 
 def test_same_seed_gives_identical_metrics(tmp_path):
-    from tasks.arm_ebm import experiment
+    from tasks.arm_ebm import data
     from tasks.common.params import resolve_run
 
     spec = resolve_run("arm_ebm", "smoke", [0], REPO / "params.yaml")
-    experiment.write_data(spec.config, (0,), tmp_path / "data")
-    first = experiment.run_seed(spec.config, 0, tmp_path / "data", tmp_path / "m1")
-    second = experiment.run_seed(spec.config, 0, tmp_path / "data", tmp_path / "m2")
-    timing = {k for k in first["metrics"] if k.startswith("seconds_")}
-    strip = lambda r: {k: v for k, v in r["metrics"].items() if k not in timing}  # noqa: E731
+    data.write_data(spec.config, (0, 1), tmp_path / "data")
+    first = train_and_evaluate(spec.config, 0, tmp_path / "data", tmp_path / "m1")
+    second = train_and_evaluate(spec.config, 0, tmp_path / "data", tmp_path / "m2")
+    strip = lambda r: {k: v for k, v in r.metrics.items() if not k.startswith("seconds_")}  # noqa: E731
     assert strip(first) == strip(second)
-    assert first["curves"] == second["curves"]
+    assert first.curves == second.curves
+    # The checkpoints themselves are byte-identical (what the train marker's sha256s rely on).
+    checkpoints = lambda folder: {k: v for k, (_, v) in seed_files(folder).items()}  # noqa: E731
+    assert checkpoints(tmp_path / "m1") == checkpoints(tmp_path / "m2")
     # Control: another seed must change the metrics, or the comparison above proves nothing.
-    experiment.write_data(spec.config, (1,), tmp_path / "data")
-    other = experiment.run_seed(spec.config, 1, tmp_path / "data", tmp_path / "m3")
+    other = train_and_evaluate(spec.config, 1, tmp_path / "data", tmp_path / "m3")
     assert strip(other) != strip(first)
     # Seeds run on parallel threads in the flow: the results must not depend on the interleaving.
     from concurrent.futures import ThreadPoolExecutor
 
     with ThreadPoolExecutor(max_workers=2) as pool:
-        threaded = list(pool.map(lambda s: experiment.run_seed(spec.config, s, tmp_path / "data",
-                                                               tmp_path / f"t{s}"), [0, 1]))
+        threaded = list(pool.map(lambda s: train_and_evaluate(spec.config, s, tmp_path / "data", tmp_path / f"t{s}"),
+                                 [0, 1]))
     assert strip(threaded[0]) == strip(first)
     assert strip(threaded[1]) == strip(other)
 

@@ -1,4 +1,4 @@
-"""Deterministic float64 checks of the ARM <-> EBM library (brief arm_ebm.md, acceptance section (a))."""
+"""Deterministic float64 checks of the ARM <-> EBM library (tasks/arm_ebm/method.py; claims C1-C2d, C4a)."""
 
 from __future__ import annotations
 
@@ -31,7 +31,7 @@ def _tiny_gpt2(vocab: int, n_prompts: int):
 
 
 # ----------------------------------------------------------------------------------------------------
-# Toy energy matches the brief's formula
+# Toy energy matches the README's formula ("What is measured")
 # ----------------------------------------------------------------------------------------------------
 
 
@@ -176,8 +176,9 @@ def test_myopic_arm_fails_e1(spec: m.ToyEBMSpec, sees: str) -> None:
     assert np.mean(m.kl_divergence(logp, logp_myopic)) > 0.1
 
 
-def test_myopic_matches_brief_reference_numbers() -> None:
-    # Brief (CPU profile, V=5, T=6, X=8, b=c=4): KL(p_R || myopic) ~ 1.1 nats, first-token TV ~ 0.15.
+def test_myopic_matches_reference_numbers() -> None:
+    # Reference numbers of the cpu toy (README, "What is measured"; V=5, T=6, X=8, b=c=4):
+    # KL(p_R || myopic) ~ 1.1 nats, first-token TV ~ 0.15.
     # Seed 0 gives 1.13 / 0.148 with the global terms visible at the last step (total rewards, no V).
     local, total = m.toy_ebm_rewards(m.ToyEBMSpec(vocab_size=5, horizon=6, n_prompts=8))
     logp = m.ebm_log_probs(m.sequence_energy(total))
