@@ -13,13 +13,12 @@ from __future__ import annotations
 
 import argparse
 import sys
-from pathlib import Path
 from typing import Any
 
 import yaml
 
 from tasks.common.codehash import code_closure
-from tasks.common.contract import follows_contract, step_module_name
+from tasks.common.contract import step_module_name
 from tasks.common.env import repo_root
 from tasks.common.params import known_papers, read_params
 
@@ -63,31 +62,13 @@ def paper_stages(slug: str) -> dict[str, Any]:
     }
 
 
-def legacy_stages(slug: str) -> dict[str, Any]:
-    """A paper not yet on the train/evaluate contract: one data and one run stage over its whole folder."""
-    reports = f"reports/{slug}"
-    deps = [STAGE_ENTRY, f"flows/{slug}.py", "tasks/common"]
-    return {
-        f"data-{slug}": {"cmd": f"python -m flows.stage {slug} --phase data",
-                         "deps": deps + [f"tasks/{slug}/{n}.py" for n in ("data", "method", "config", "experiment")],
-                         "params": _params(slug), "outs": [f"data/{slug}"]},
-        f"run-{slug}": {"cmd": f"python -m flows.stage {slug} --phase run",
-                        "deps": deps + [f"tasks/{slug}", f"data/{slug}"], "params": _params(slug),
-                        "outs": [{f"models/{slug}": {"persist": True}}, f"{reports}/figures",
-                                 f"{reports}/metrics_per_seed.json", {f"{reports}/claims.json": {"cache": False}},
-                                 {f"{reports}/claims.md": {"cache": False}}],
-                        "metrics": [{f"{reports}/metrics.json": {"cache": False}}], "plots": [f"{reports}/plots"]},
-    }
-
-
-def render(papers: list[str], root: Path | None = None) -> str:
-    root = root or repo_root()
+def render(papers: list[str]) -> str:
     unknown = [p for p in papers if p not in known_papers()]
     if unknown:  # never let a free-form entry become a path DVC writes to
         raise ValueError(f"papers: unknown paper(s) {unknown} (known: {', '.join(known_papers())})")
     stages: dict[str, Any] = {}
     for slug in papers:
-        stages |= paper_stages(slug) if follows_contract(slug, root) else legacy_stages(slug)
+        stages |= paper_stages(slug)
     stages["report"] = {"cmd": "python -m flows.report",
                         "deps": sorted(set(code_closure(["flows.report"])))
                         + [f"reports/{slug}/claims.json" for slug in papers],

@@ -104,9 +104,3 @@ def load_paper(slug: str) -> Paper:
     if not isinstance(title, str) or not title:
         raise ContractError(f"tasks/{slug}/config.py must define TITLE (the flow's title)")
     return Paper(slug=slug, title=title, **functions)
-
-
-def follows_contract(slug: str, root: Path) -> bool:
-    """True when the paper folder has the step modules (train.py, evaluate.py, claim_metrics.py)."""
-    folder = root / "tasks" / slug
-    return all((folder / f"{STEPS[s][0]}.py").is_file() for s in ("train", "evaluate", "claim_metrics"))

@@ -33,7 +33,7 @@ from prefect.cache_policies import INPUTS, TASK_SOURCE
 from prefect.futures import as_completed
 
 from tasks.common.codehash import code_version
-from tasks.common.contract import Paper, follows_contract, load_paper, step_module_name
+from tasks.common.contract import Paper, load_paper, step_module_name
 from tasks.common.devices import pick_device
 from tasks.common.env import configure, repo_root
 from tasks.common.io import read_json, remove_partials, write_json
@@ -210,11 +210,6 @@ def run_paper(slug: str, profile: str | None, seeds: Sequence[int] | None, phase
     """The paper's flow body: the phases asked for, in order."""
     if phase not in PHASES:
         raise ValueError(f"phase: must be one of {'|'.join(PHASES)}, got {phase!r}")
-    if not follows_contract(slug, repo_root()):
-        from tasks.common.legacy_flow import run_paper as run_legacy
-
-        title = getattr(importlib.import_module(f"flows.{slug}"), "TITLE", slug)
-        return run_legacy(slug, title, profile, seeds, "run" if phase in ("train", "evaluate") else phase, workers)
     spec = resolve_run(slug, profile, seeds)
     configure(spec.profile)
     paper = load_paper(slug)

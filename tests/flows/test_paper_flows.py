@@ -23,13 +23,9 @@ pytestmark = pytest.mark.usefixtures("prefect_server")
 
 
 def seed_marker(root, slug, seed):
-    """The per-seed measurements: the evaluation file (train/evaluate contract) or the legacy result."""
-    from tasks.common.contract import follows_contract
-
-    if follows_contract(slug, REPO):
-        assert (root / "models" / slug / f"seed{seed}" / "train.json").is_file()
-        return root / "reports" / slug / "evaluation" / f"seed{seed}.json"
-    return root / "models" / slug / f"seed{seed}" / "result.json"
+    """The per-seed measurements (evaluation file); the training marker must exist beside the checkpoints."""
+    assert (root / "models" / slug / f"seed{seed}" / "train.json").is_file()
+    return root / "reports" / slug / "evaluation" / f"seed{seed}.json"
 
 
 @pytest.fixture(scope="module", params=PAPERS)
