@@ -113,6 +113,12 @@ def test_prefect_ui_shows_the_flow_run(uis):
     browser.open(f"{uis['prefect_ui']}/runs/flow-run/{uis['flow_run_id']}", ["arm_ebm", name, "Completed"],
                  shots / "prefect-flow-run.png")
     assert_offline_clean(browser, "Prefect flow-run page")
+    # The run's steps, as the contract names them (tasks/common/paper_flow.py): the task-runs tab lists them.
+    browser.click_text("Task Runs")
+    steps = ["prepare-data", *[f"{step}-seed-{s}" for step in ("train", "evaluate") for s in SEEDS],
+             "claim-metrics", "make-figures", "publish-claims"]
+    browser.wait_for(steps, shots / "prefect-flow-run-steps.png", timeout_s=60)
+    assert_offline_clean(browser, "Prefect flow-run task runs")
     print(f"Prefect UI pages rendered in {time.monotonic() - started:.1f} s; screenshots in {shots}")
 
 
