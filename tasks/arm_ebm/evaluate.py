@@ -3,7 +3,8 @@
 
 - E1 (C1-C2d): the ARM <-> EBM bijection, soft Bellman residual, telescoping, V = log Z, reward shaping and
   the myopic negative control on the enumerable toy, float64; a random tiny GPT-2 through ARM -> EBM -> ARM;
-- E4 (C4a, C4b): KL(p_R || p_qhat) of q* + Uniform[-eps, eps] noise against the 2 T eps bound, per (eps, T);
+- E4 (C4a, C4d): KL(p_R || p_qhat) of q* + Uniform[-eps, eps] noise against the 2 T eps bound, per (eps, T), one
+  toy per T; (C4b) the KL of the first T tokens' laws on one toy (T_max), the same draws for every T;
 - E2 (C5a-c, C4c): the trained GPT-2 ARM, the exact ARM and the myopic ARM against p_R;
 - E3 (C3a-c): the neural EBM's and the tabular models' NLLs;
 - paper profile (C2e): the telescoping identity on a hub LM (``hub.py``).
@@ -91,6 +92,56 @@ def bound_study(bound: BoundConfig, toy: ToyConfig, seed: int) -> tuple[dict[str
     return {"e4_bound_violation_rate": violations / total}, rows
 
 
+def stepwise_kl_tables(target_logp: np.ndarray, vocab_size: int) -> tuple[list[np.ndarray], np.ndarray]:
+    """What :func:`fast_stepwise_kl` needs of p_R once: the joint weights p_R(s_t (+) a | x) as (X, V**t, V)
+    tables and, per step, mean_x sum p_R(s_t, a) log pi_R(a|s_t) (minus the conditional entropy)."""
+    marginals = method.prefix_marginals(target_logp, vocab_size)
+    n_prompts = marginals[0].shape[0]
+    weights = [marginals[t + 1].reshape(n_prompts, vocab_size**t, vocab_size) for t in range(len(marginals) - 1)]
+    log_pi = method.next_token_log_probs(target_logp, vocab_size)
+    with np.errstate(invalid="ignore"):
+        neg_entropy = np.array([float(np.where(w > 0, w * lp, 0.0).sum(axis=(1, 2)).mean())
+                                for w, lp in zip(weights, log_pi)])
+    return weights, neg_entropy
+
+
+def fast_stepwise_kl(weights: list[np.ndarray], neg_entropy: np.ndarray, q: list[np.ndarray]) -> np.ndarray:
+    """:func:`method.stepwise_kl` with p_R's part precomputed (:func:`stepwise_kl_tables`): entry t is
+    mean_x sum_{s_t, a} p_R(s_t, a | x) (log pi_R(a|s_t) - log softmax q_t(s_t, .)_a) (unit test: equal to
+    ``method.stepwise_kl`` to 1e-12)."""
+    return np.array([neg_entropy[t] - float((w * method.log_softmax(np.asarray(table, dtype=np.float64), axis=-1))
+                                            .sum(axis=(1, 2)).mean()) for t, (w, table) in enumerate(zip(weights, q))])
+
+
+def fixed_toy_horizon_study(bound: BoundConfig, toy: ToyConfig, seed: int) -> list[dict]:
+    """C4b: the distillation error against T on ONE toy, the bound study's toy at horizon T_max =
+    max(bound.horizons) (global terms on its step T_max). For q_hat = q* + Uniform[-eps, eps] noise (``draws``
+    per eps, own stream 30_000 + seed), KL(p_R^{<=T} || p_qhat^{<=T}) between the laws of the first T tokens,
+    for every T of ``bound.horizons``, the same draw for every T. By the chain rule it is the sum of the
+    first T per-step expected KLs (:func:`method.stepwise_kl`), each >= 0, so for every draw it cannot
+    decrease with T (it grows strictly unless a step's noise is constant over tokens). ``bound_study``
+    instead builds one toy per T (its global terms on step T), so its KL need not grow with T.
+
+    One row per (eps, T): mean and largest over draws of the prompt-averaged KL, and the bound 2 T eps."""
+    horizon = max(bound.horizons)
+    spec = method.ToyEBMSpec(bound.vocab_size, horizon, bound.n_prompts, toy.a, toy.b, toy.c, seed=seed)
+    _, rewards = method.toy_ebm_rewards(spec)
+    q_star, _ = method.soft_bellman(rewards)
+    weights, neg_entropy = stepwise_kl_tables(method.ebm_log_probs(method.sequence_energy(rewards)),
+                                              bound.vocab_size)
+    rng = np.random.default_rng(30_000 + seed)
+    rows = []
+    for eps in bound.eps:
+        # (draws, T_max): entry [d, T - 1] is draw d's KL of the first T tokens' laws.
+        prefix_kl = np.cumsum([fast_stepwise_kl(weights, neg_entropy, method.perturb_logits(q_star, eps, rng))
+                               for _ in range(bound.draws)], axis=1)
+        for t in bound.horizons:
+            kls = prefix_kl[:, t - 1]
+            rows.append({"eps": eps, "T": t, "mean_kl": float(kls.mean()), "max_kl": float(kls.max()),
+                         "bound": method.distillation_bound(t, eps)})
+    return rows
+
+
 def shift_invariant_logit_error(q_hat: list[np.ndarray], q_star: list[np.ndarray]) -> float:
     """eps_eff = max_s min_c max_a |q_hat(s,a) - q*(s,a) - c| = max_s range_a(q_hat - q*)/2.
 
@@ -173,13 +224,17 @@ def tabular_metrics(tab: TabularConfig, samples: np.ndarray, model_dir: Path) ->
 
 
 def evaluate_identities_and_bound(cfg: ArmEbmConfig, seed: int, data_dir: Path, result: SeedResult) -> None:
-    """E1 (checks the data phase's toy table against the config first) and E4's bound study."""
+    """E1 (checks the data phase's toy table against the config first), E4's bound study (one toy per T) and
+    its fixed-toy study (one toy, the first T tokens)."""
     with result.stage("e1"):
         result.add(exact_identities(cfg.toy, seed, data.read_toy_energy(data_dir, cfg.toy, seed)),
                    e1_gpt2_roundtrip_error=random_gpt2_roundtrip(cfg.toy, seed))
     with result.stage("e4_bound"):
         bound_metrics, bound_rows = bound_study(cfg.bound, cfg.toy, seed)
     result.add(bound_metrics, tables={"e4_kl_vs_T": bound_rows})
+    with result.stage("e4_fixed_toy"):
+        fixed_rows = fixed_toy_horizon_study(cfg.bound, cfg.toy, seed)
+    result.add(tables={"e4_fixed_toy_kl_vs_T": fixed_rows})
 
 
 def evaluate_trained(cfg: ArmEbmConfig, seed: int, data_dir: Path, model_dir: Path, result: SeedResult) -> None:

@@ -12,11 +12,7 @@ from tasks.common.figures import new_figure, save_figure, write_plot_csv
 from tasks.common.results import SeedResult
 
 
-def kl_vs_horizon(results: Sequence[SeedResult], path: Path) -> Path:
-    """E4: mean KL(p_R || p_qhat) over draws and seeds against T, one line per eps, with 2*T*eps dashed."""
-    fig, axes = new_figure()
-    ax = axes[0, 0]
-    rows = [row for r in results for row in r.tables["e4_kl_vs_T"]]
+def _plot_kl_vs_horizon(ax, rows: list[dict], title: str) -> None:
     for i, eps in enumerate(sorted({row["eps"] for row in rows})):
         horizons = sorted({row["T"] for row in rows if row["eps"] == eps})
         mean = [np.mean([row["mean_kl"] for row in rows if row["eps"] == eps and row["T"] == t]) for t in horizons]
@@ -25,8 +21,20 @@ def kl_vs_horizon(results: Sequence[SeedResult], path: Path) -> Path:
     ax.set_yscale("log")
     ax.set_xlabel("horizon T")
     ax.set_ylabel("KL(p_R || p_q̂)  [nats]")
-    ax.set_title("Distillation error vs horizon (dashed: 2Tε, project's bound)")
+    ax.set_title(title)
     ax.legend()
+
+
+def kl_vs_horizon(results: Sequence[SeedResult], path: Path) -> Path:
+    """E4: mean KL(p_R || p_qhat) over draws and seeds against T, one line per eps, with 2*T*eps dashed: one toy
+    per T (C4a, C4d) and, where measured, the first T tokens of one toy (C4b)."""
+    fixed = "e4_fixed_toy_kl_vs_T" in results[0].tables
+    fig, axes = new_figure(ncols=2 if fixed else 1)
+    _plot_kl_vs_horizon(axes[0, 0], [row for r in results for row in r.tables["e4_kl_vs_T"]],
+                        "One toy per T (dashed: 2Tε, project's bound)")
+    if fixed:
+        _plot_kl_vs_horizon(axes[0, 1], [row for r in results for row in r.tables["e4_fixed_toy_kl_vs_T"]],
+                            "One toy, first T tokens (C4b; dashed: 2Tε)")
     return save_figure(fig, path)
 
 
@@ -92,6 +100,9 @@ def make_figures(config: ArmEbmConfig, results: Sequence[SeedResult], figures_di
             nll_curves(results, figures_dir / "nll_curves.png")]
     write_plot_csv([row | {"seed": r.seed} for r in results for row in r.tables["e4_kl_vs_T"]],
                    plots_dir / "kl_vs_horizon.csv")
+    if "e4_fixed_toy_kl_vs_T" in results[0].tables:
+        write_plot_csv([row | {"seed": r.seed} for r in results for row in r.tables["e4_fixed_toy_kl_vs_T"]],
+                       plots_dir / "fixed_toy_kl_vs_horizon.csv")
     if "gpt2_train_nll" in results[0].curves:
         write_plot_csv([{"step": i, "seed": r.seed, "nll": v} for r in results
                         for i, v in enumerate(r.curves["gpt2_train_nll"])], plots_dir / "gpt2_train_nll.csv")

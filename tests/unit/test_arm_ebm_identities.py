@@ -212,3 +212,57 @@ def test_identity_c4a_distillation_bound(monkeypatch):
     metrics, rows = evaluate.bound_study(smoke, SMOKE_TOY, seed=0)
     assert claim_metrics.bound_claims(rows, smoke.eps)["e4_max_kl_over_bound"] > 1.0
     assert metrics["e4_bound_violation_rate"] > 0.0
+
+
+def _prefix_law_kl(target_logp, q_hat, vocab, length):
+    """Brute force: KL between the laws of the first ``length`` tokens, each marginalised from its whole
+    sequence law (the tail summed out), averaged over prompts."""
+    n_prompts, width = target_logp.shape
+
+    def marginal(logp):
+        return np.log(np.exp(logp).reshape(n_prompts, vocab**length, width // vocab**length).sum(axis=2))
+
+    return float(m.kl_divergence(marginal(target_logp), marginal(m.arm_log_probs(q_hat))).mean())
+
+
+def test_identity_c4b_error_accumulates_over_the_horizon():
+    # Hand case (C1's toy, q*_0 = [log 2, log 4], pi*_0 = (1/3, 2/3)): q_hat_0 = q*_0 + [e, -e], q_hat_1 = q*_1.
+    # KL of the first token = log((e^e + 2 e^-e) / 3) + e / 3; the second step is exact, so the KL of the
+    # whole law is the same number: the growth is >= 1 always, and 1 when a step's conditionals are unchanged
+    # (a case the random noise of the study has probability 0 of producing).
+    e = 0.3
+    q_star, _ = m.soft_bellman(HAND_REWARDS)
+    q_hat = [q_star[0] + np.array([e, -e]), q_star[1]]
+    target = m.ebm_log_probs(m.sequence_energy(HAND_REWARDS))
+    weights, neg_entropy = evaluate.stepwise_kl_tables(target, 2)
+    steps = evaluate.fast_stepwise_kl(weights, neg_entropy, q_hat)
+    expected = math.log((math.exp(e) + 2 * math.exp(-e)) / 3) + e / 3
+    np.testing.assert_allclose(steps, [expected, 0.0], rtol=0, atol=1e-15)
+    np.testing.assert_allclose(np.cumsum(steps), [_prefix_law_kl(target, q_hat, 2, t) for t in (1, 2)],
+                               rtol=0, atol=1e-15)
+    rows = [{"eps": e, "T": t, "mean_kl": kl} for t, kl in zip((1, 2), np.cumsum(steps))]
+    assert claim_metrics.horizon_growth(rows, [e]) == pytest.approx(1.0, abs=1e-12)  # up to float rounding
+    # The chain rule on a toy with random noise on every step: the running sum of the per-step KLs is the KL
+    # of the first T tokens' laws (brute force), for every T, and it grows with T.
+    _, total = m.toy_ebm_rewards(m.ToyEBMSpec(3, 4, 2, seed=1))
+    q_star, _ = m.soft_bellman(total)
+    target = m.ebm_log_probs(m.sequence_energy(total))
+    q_hat = m.perturb_logits(q_star, 0.2, np.random.default_rng(0))
+    prefix_kl = np.cumsum(evaluate.fast_stepwise_kl(*evaluate.stepwise_kl_tables(target, 3), q_hat))
+    np.testing.assert_allclose(prefix_kl, [_prefix_law_kl(target, q_hat, 3, t) for t in range(1, 5)],
+                               rtol=1e-12, atol=1e-15)
+    np.testing.assert_allclose(np.diff(prefix_kl, prepend=0.0), m.stepwise_kl(target, q_hat), rtol=1e-12, atol=1e-16)
+    assert np.all(np.diff(prefix_kl) > 0)
+    # The run-time metric of C4b on the smoke and cpu beds, every seed the project runs there.
+    smoke = BoundConfig(eps=[0.01, 0.05, 0.2], horizons=[2, 3, 4], draws=100, vocab_size=3, n_prompts=2)
+    cpu = BoundConfig(eps=[0.01, 0.05, 0.2], horizons=[2, 3, 4, 5, 6], draws=10, vocab_size=5, n_prompts=8)
+    for bound, toy, seeds in ((smoke, SMOKE_TOY, (0, 1, 2, 10, 11, 12)), (cpu, CPU_TOY, range(5))):
+        for seed in seeds:
+            rows = evaluate.fixed_toy_horizon_study(bound, toy, seed)
+            assert claim_metrics.horizon_growth(rows, bound.eps) > 1.0, (bound.vocab_size, seed)
+            assert all(r["max_kl"] <= r["bound"] for r in rows)
+    # Negative control: the design C4b had until the review of 2026-12-01, a new toy per T (its global terms on
+    # step T), fails the same check: on cpu seed 4 the mean KL goes down from T = 2 to T = 3.
+    per_toy = BoundConfig(eps=[0.01, 0.05, 0.2], horizons=[2, 3], draws=100, vocab_size=5, n_prompts=8)
+    _, rows = evaluate.bound_study(per_toy, CPU_TOY, seed=4)
+    assert claim_metrics.horizon_growth(rows, per_toy.eps) < 1.0

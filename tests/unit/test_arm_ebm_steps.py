@@ -89,14 +89,57 @@ def test_horizon_increases_counts_adjacent_pairs():
     assert claim_metrics.horizon_increases(rows, [0.2]) == (2, 2)
 
 
-def test_bound_study_rows_give_the_c4b_counts():
+def test_pairs_up_at_every_eps_collapses_the_eps():
+    rows = [{"eps": e, "T": t, "mean_kl": kl} for e, t, kl in [
+        (0.1, 3, 0.30), (0.1, 2, 0.20), (0.1, 4, 0.25),  # 2 -> 3 up, 3 -> 4 down (rows out of order)
+        (0.2, 2, 0.50), (0.2, 3, 0.60), (0.2, 4, 0.70)]]
+    assert claim_metrics.pairs_up_at_every_eps(rows, [0.1, 0.2]) == (1, 2)
+    assert claim_metrics.pairs_up_at_every_eps(rows, [0.2]) == (2, 2)
+    with pytest.raises(ValueError, match="same horizons"):
+        claim_metrics.pairs_up_at_every_eps(rows[:2] + rows[3:], [0.1, 0.2])
+
+
+def test_horizon_growth_is_the_smallest_ratio():
+    rows = [{"eps": e, "T": t, "mean_kl": kl} for e, t, kl in [
+        (0.1, 3, 0.30), (0.1, 2, 0.20), (0.1, 4, 0.33), (0.2, 2, 0.50), (0.2, 3, 1.00), (0.2, 4, 1.50)]]
+    assert claim_metrics.horizon_growth(rows, [0.1, 0.2]) == pytest.approx(1.1, abs=1e-12)
+    assert claim_metrics.horizon_growth(rows, [0.2]) == pytest.approx(1.5, abs=1e-12)
+
+
+def test_bound_study_rows_give_the_c4d_counts():
     bound = BoundConfig(eps=[0.05, 0.2], horizons=[2, 3, 4], draws=5, vocab_size=3, n_prompts=2)
     _, rows = evaluate.bound_study(bound, ToyConfig(vocab_size=3, horizon=4, n_prompts=2), seed=0)
     metrics = claim_metrics.bound_claims(rows, bound.eps)
     assert metrics["e4_T_pairs"] == 4.0 and len(rows) == 6
     assert metrics["e4_T_increase_rate"] == metrics["e4_T_increases"] / 4.0
     assert 0 <= metrics["e4_T_increases"] <= 4
+    assert metrics["e4_T_horizon_pairs"] == 2.0 and 0 <= metrics["e4_T_pairs_up_every_eps"] <= 2
     assert metrics["e4_max_kl_over_bound"] == max(r["max_kl"] / r["bound"] for r in rows)
+
+
+def test_fixed_toy_study_uses_one_toy_and_the_same_draws_for_every_T():
+    bound = BoundConfig(eps=[0.05, 0.2], horizons=[2, 4], draws=3, vocab_size=3, n_prompts=2)
+    toy = ToyConfig(vocab_size=3, horizon=4, n_prompts=2)
+    rows = evaluate.fixed_toy_horizon_study(bound, toy, seed=1)
+    assert [(r["eps"], r["T"]) for r in rows] == [(0.05, 2), (0.05, 4), (0.2, 2), (0.2, 4)]
+    # By hand: the T_max = 4 toy, draws from the stream 30_000 + seed, running sums of method.stepwise_kl.
+    _, total = method.toy_ebm_rewards(method.ToyEBMSpec(3, 4, 2, 1.0, 4.0, 4.0, seed=1))
+    q_star, _ = method.soft_bellman(total)
+    target = method.ebm_log_probs(method.sequence_energy(total))
+    rng = np.random.default_rng(30_001)
+    for eps in bound.eps:
+        sums = np.array([np.cumsum(method.stepwise_kl(target, method.perturb_logits(q_star, eps, rng)))
+                         for _ in range(3)])
+        for t in (2, 4):
+            row = next(r for r in rows if r["eps"] == eps and r["T"] == t)
+            assert row["mean_kl"] == pytest.approx(sums[:, t - 1].mean(), rel=1e-12)
+            assert row["max_kl"] == pytest.approx(sums[:, t - 1].max(), rel=1e-12)
+            assert row["bound"] == method.distillation_bound(t, eps)
+    # At T = T_max the KL of the first T tokens is the whole law's KL (chain rule), for the bound study's toy too.
+    q_hat = method.perturb_logits(q_star, 0.2, np.random.default_rng(5))
+    whole = float(method.kl_divergence(target, method.arm_log_probs(q_hat)).mean())
+    weights, neg_entropy = evaluate.stepwise_kl_tables(target, 3)
+    assert evaluate.fast_stepwise_kl(weights, neg_entropy, q_hat).sum() == pytest.approx(whole, rel=1e-12)
 
 
 def _gpt2_config(**gpt2):
@@ -161,8 +204,8 @@ def test_train_saves_every_model_and_evaluate_reads_them_back(tmp_path):
     # Every name appears once across train, evaluate and claim_metrics (SeedResult.add raises otherwise).
     merged = trained.merged(measured)
     merged.add(claim_metrics.claim_metrics(cfg, merged))
-    assert {"e3_tabular_nll_gap", "e3_neural_nll_gap", "e2_kl_ratio_myopic_over_gpt2", "e4_T_increase_rate"} <= set(
-        merged.metrics)
+    assert {"e3_tabular_nll_gap", "e3_neural_nll_gap", "e2_kl_ratio_myopic_over_gpt2", "e4_T_increase_rate",
+            "e4_fixed_toy_min_growth"} <= set(merged.metrics)
     # Negative control: evaluation reads the checkpoint, so another tabular model changes its numbers.
     model.save_tabular([np.zeros_like(t) for t in q], np.zeros((2, 4)), tmp_path / "seed0")
     other = evaluate.evaluate(cfg, 0, tmp_path / "data", tmp_path / "seed0")
@@ -179,7 +222,8 @@ def test_train_writes_nothing_without_trained_studies(tmp_path):
     measured = evaluate.evaluate(cfg, 0, tmp_path / "data", tmp_path / "seed0")
     assert measured.metrics["e1_max_logprob_error"] < 1e-12 and "e2_kl_gpt2" not in measured.metrics
     assert set(claim_metrics.claim_metrics(cfg, measured)) == {
-        "e4_max_kl_over_bound", "e4_T_increases", "e4_T_pairs", "e4_T_increase_rate"}
+        "e4_max_kl_over_bound", "e4_T_increases", "e4_T_pairs", "e4_T_increase_rate", "e4_T_pairs_up_every_eps",
+        "e4_T_horizon_pairs", "e4_fixed_toy_min_growth"}
 
 
 def test_claim_metrics_hand_values():
@@ -189,9 +233,12 @@ def test_claim_metrics_hand_values():
     result = SeedResult(0).add(
         e2_kl_myopic=1.0, e2_kl_gpt2=0.05, e4_gpt2_logit_error=0.5, e2_gpt2_cross_entropy=3.0,
         e3_neural_ebm_cross_entropy=3.25, e3_neural_ebm_kl=0.25, e3_tabular_arm_nll=2.0, e3_tabular_ebm_nll=2.5,
-        e3_tabular_nll_floor=1.75, tables={"e4_kl_vs_T": rows})
+        e3_tabular_nll_floor=1.75, tables={"e4_kl_vs_T": rows, "e4_fixed_toy_kl_vs_T": [
+            {"eps": 0.1, "T": 2, "mean_kl": 0.04, "max_kl": 0.1, "bound": 0.4},
+            {"eps": 0.1, "T": 3, "mean_kl": 0.05, "max_kl": 0.1, "bound": 0.6}]})
     assert claim_metrics.claim_metrics(cfg, result) == pytest.approx({
         "e4_max_kl_over_bound": 0.5, "e4_T_increases": 1.0, "e4_T_pairs": 1.0, "e4_T_increase_rate": 1.0,
+        "e4_T_pairs_up_every_eps": 1.0, "e4_T_horizon_pairs": 1.0, "e4_fixed_toy_min_growth": 1.25,
         "e2_kl_ratio_myopic_over_gpt2": 20.0,
         "e4_gpt2_kl_over_bound": 0.05 / 3.0,  # 2 T eps_eff = 2 * 3 * 0.5
         "e3_tabular_nll_gap": 0.5, "e3_tabular_nll_excess": 0.75,
