@@ -16,6 +16,7 @@ import polars as pl
 import torch
 
 from tasks.common import tiny_lm
+from tasks.common.checkpoints import load_gpt2
 from tasks.select_to_think import data, method
 from tasks.select_to_think.config import S2TConfig, SelectToThinkConfig, TinyLMConfig
 
@@ -32,8 +33,9 @@ def build_lm(lm: TinyLMConfig, vocab_size: int, width: int, seed: int, untied: b
 
 
 def load_lm(model_dir: Path, name: str) -> torch.nn.Module:
-    """One trained model of the seed (``LLM``, ``SLM`` or ``LOCAL``), in eval mode."""
-    return tiny_lm.load_model(Path(model_dir) / name)
+    """One trained model of the seed (``LLM``, ``SLM`` or ``LOCAL``), in eval mode (thread-safe: the seeds
+    evaluate on parallel threads; tasks/common/checkpoints.py)."""
+    return load_gpt2(Path(model_dir) / name)
 
 
 class AdditionTask:
