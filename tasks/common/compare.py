@@ -52,11 +52,17 @@ def relative_delta(old: float, new: float) -> float:
     return abs(new - old) / max(abs(old), abs(new))
 
 
+# Wall-clock timings and bookkeeping differ on every run; they are not results.
+NOT_RESULTS = ("seconds_", "n_seeds")
+
+
 def metric_deltas(old: Mapping[str, Any], new: Mapping[str, Any], top: int = 5
                   ) -> list[tuple[str, float, float, float]]:
-    """The ``top`` largest relative changes of the numeric metrics present in both."""
+    """The ``top`` largest relative changes of the numeric metrics present in both (timings excluded)."""
     deltas = []
     for name in sorted(old.keys() & new.keys()):
+        if name.startswith(NOT_RESULTS):
+            continue
         a, b = old[name], new[name]
         if isinstance(a, bool) or isinstance(b, bool) or not isinstance(a, int | float) \
                 or not isinstance(b, int | float):

@@ -33,8 +33,8 @@ def test_relative_delta_exact_values():
 
 
 def test_metric_deltas_sorted_and_numeric_only():
-    old = {"a": 1.0, "b": 10.0, "c": 5.0, "profile": "cpu", "n_seeds": 3, "flag": True}
-    new = {"a": 1.5, "b": 10.1, "c": 5.0, "profile": "smoke", "n_seeds": 3, "flag": False}
+    old = {"a": 1.0, "b": 10.0, "c": 5.0, "profile": "cpu", "n_seeds": 3, "flag": True, "seconds_fit": 1.0}
+    new = {"a": 1.5, "b": 10.1, "c": 5.0, "profile": "smoke", "n_seeds": 5, "flag": False, "seconds_fit": 9.0}
     assert [d[0] for d in metric_deltas(old, new)] == ["a", "b"]
     assert metric_deltas(old, new)[0] == ("a", 1.0, 1.5, pytest.approx(0.5 / 1.5))
 
