@@ -440,7 +440,8 @@ def evaluate_claim(claim: Claim, per_seed: Mapping[int, Mapping[str, float]], pr
         row["verdict"] = UNIT_TESTED
         return row
     if claim.check is None:
-        row["verdict"] = REPORT_ONLY
+        # Shown without a verdict where the profile produces its numbers; otherwise nothing is shown.
+        row["verdict"] = REPORT_ONLY if profile in claim.profiles else NOT_TESTABLE
         return row
     if profile not in claim.profiles:
         row["verdict"] = NOT_TESTABLE

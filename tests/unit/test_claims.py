@@ -225,10 +225,11 @@ def test_schema_rejects_bad_entries(tmp_path):
 
 
 def test_profiles_and_missing_metrics():
-    claims = [claim(), Claim(id="B", claim="b", kind="empirical", source="s", fidelity="paper-text")]
+    claims = [claim(), Claim(id="B", claim="b", kind="empirical", source="s", fidelity="paper-text", profiles=["cpu"])]
     per_seed = seeds_of([2.0, 2.1, 1.9])
     rows = evaluate_claims(claims, per_seed, "cpu", "paper")
     assert [r["verdict"] for r in rows] == [REPRODUCED, REPORT_ONLY]
+    assert evaluate_claims(claims, per_seed, "paper", "paper")[1]["verdict"] == NOT_TESTABLE
     assert rows[0]["per_seed"] == {0: 2.0, 1: 2.1, 2: 1.9}
     assert evaluate_claims(claims, per_seed, "smoke", "paper")[0]["verdict"] == NOT_TESTABLE
     with pytest.raises(KeyError, match="metric 'm' missing"):
@@ -248,12 +249,13 @@ def test_a_claims_file_of_every_kind_reaches_the_right_tables(tmp_path):
 - {id: I, kind: identity, claim: ident, source: s, metric: e, check: {op: '<=', value: 1.0e-8}, profiles: [cpu],
    fidelity: paper-text, verified_by: 'tests/unit/test_x.py::test_i'}
 - {id: R, kind: reference, claim: ref, source: s, fidelity: reconstructed, verified_by: 'tests/unit/test_x.py::test_r'}
-- {id: O, kind: empirical, claim: shown only, source: s, fidelity: reconstructed, note: "read m"}
+- {id: O, kind: empirical, claim: shown only, source: s, fidelity: reconstructed, note: "read m", profiles: [cpu]}
+- {id: N, kind: empirical, claim: paper only, source: s, fidelity: reconstructed, note: "not run here"}
 """)
     per_seed = {s: {"m": v, "b": 1.0 + 0.1 * s, "e": 0.0} for s, v in enumerate([2.0, 2.5, 3.0])}
     rows = evaluate_claims(load_claims(path), per_seed, "cpu", "paperX")
     assert {r["id"]: r["verdict"] for r in rows} == {"E": REPRODUCED, "M": REPRODUCED, "I": VERIFIED,
-                                                     "R": UNIT_TESTED, "O": REPORT_ONLY}
+                                                     "R": UNIT_TESTED, "O": REPORT_ONLY, "N": NOT_TESTABLE}
     write_claims(rows, tmp_path / "out" / "paperX", "Paper X")
     md = (tmp_path / "out" / "paperX" / "claims.md").read_text()
     claims_part, verification_part = md.split("## Verification")
@@ -264,7 +266,7 @@ def test_a_claims_file_of_every_kind_reaches_the_right_tables(tmp_path):
     build_index(["paperX"], tmp_path / "out")
     index = (tmp_path / "out" / "index.md").read_text()
     # 1 empirical claim, reproduced; mechanism 1 / 1; verification 1 verified of 2
-    assert ("| [paperX](paperX/claims.md) | cpu | 1 | 1 | 0 | 0 | 0 | 0 | 1 / 1 | 1 at run time + 1 by unit test, "
+    assert ("| [paperX](paperX/claims.md) | cpu | 2 | 1 | 0 | 0 | 0 | 1 | 1 / 1 | 1 at run time + 1 by unit test, "
             "0 failed | 1 |") in index
     assert "| paperX | I |" not in index
 
