@@ -19,7 +19,7 @@ from tasks.common.claims import claims_markdown, evaluate_claims, load_claims, w
 from tasks.common.devices import describe_device
 from tasks.common.env import repo_root
 from tasks.common.io import write_json
-from tasks.common.params import RunSpec
+from tasks.common.params import ParamsError, RunSpec, read_params
 
 CURVE_PREFIX = "curve/"
 
@@ -39,9 +39,29 @@ class PaperPaths:
         return self.reports / "plots"
 
 
-def paper_paths(slug: str, root: Path | None = None) -> PaperPaths:
+OTHER_PROFILES_DIR = "runs"
+
+
+def committed_profile(root: Path) -> str | None:
+    """The profile of ``params.yaml`` (``profile:``): the one whose results live in data/, models/, reports/
+    and are committed; None when the file cannot be read (the run's own validation reports why)."""
+    try:
+        return read_params(root / "params.yaml").get("profile")
+    except ParamsError:
+        return None
+
+
+def paper_paths(slug: str, profile: str | None = None, root: Path | None = None) -> PaperPaths:
+    """Where one paper's data, checkpoints and reports live.
+
+    At the committed profile (``params.yaml``'s ``profile``, what ``dvc repro`` runs) they are
+    ``data/<slug>``, ``models/<slug>`` and ``reports/<slug>``. A run at another profile
+    (``repro run <slug> --profile smoke``) writes under ``runs/<profile>/`` instead, so it never overwrites
+    the committed results nor the checkpoints DVC tracks, and the report never mixes profiles.
+    """
     root = root or repo_root()
-    return PaperPaths(root / "data" / slug, root / "models" / slug, root / "reports" / slug)
+    base = root if profile is None or profile == committed_profile(root) else root / OTHER_PROFILES_DIR / profile
+    return PaperPaths(base / "data" / slug, base / "models" / slug, base / "reports" / slug)
 
 
 def current_flow_run_id() -> str | None:
