@@ -19,7 +19,7 @@ install: $(VENV)/.installed
 
 ## Full reproduction at the params.yaml profile (cpu by default), cached and resumable by DVC.
 reproduce: install
-	repro server start
+	REPRO_PREFECT_PORT=$(PREFECT_PORT) repro server start
 	PREFECT_API_URL=http://127.0.0.1:$(PREFECT_PORT)/api dvc repro
 	@echo
 	repro diff HEAD
