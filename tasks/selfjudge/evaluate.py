@@ -34,8 +34,9 @@ def methods_for(task: str, cfg: SelfJudgeConfig, heads: dict[str, method.JudgeHe
     """(name, family, knob, rule) of every method run on ``task``."""
     out: list[tuple[str, str, float, object]] = [("exact", "exact", 0.0, method.ExactRule())]
     out += [(f"top{k}", "topk", float(k), method.TopKRule(k)) for k in cfg.decoding.top_ks]
-    out += [(f"selfjudge@{t:g}", "selfjudge", t, method.JudgeRule(heads[f"selfjudge_{task}"], t))
-            for t in cfg.decoding.thresholds]
+    if f"selfjudge_{task}" in heads:
+        out += [(f"selfjudge@{t:g}", "selfjudge", t, method.JudgeRule(heads[f"selfjudge_{task}"], t))
+                for t in cfg.decoding.thresholds]
     if task == "arith" and "autojudge_arith" in heads:
         out += [(f"autojudge@{t:g}", "autojudge", t, method.JudgeRule(heads["autojudge_arith"], t))
                 for t in cfg.decoding.thresholds]

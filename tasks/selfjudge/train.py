@@ -116,10 +116,14 @@ def train(cfg: SelfJudgeConfig, seed: int, data_dir: Path, model_dir: Path, devi
     with result.stage("mining"), torch.no_grad():
         for task in data.TASKS:
             rows, mismatches, examined, matches = mine_task(target, draft, mine.filter(pl.col("task") == task), cfg)
-            tau = method.label_threshold([mm.diff for mm in mismatches], cfg.mining.positive_quantile)
-            x, y = method.head_training_set(mismatches, tau)
-            heads[f"selfjudge_{task}"] = method.fit_judge_head(
-                x, y, cfg.head.validation_fraction, method.c_grid(cfg.head.c_grid_size), seed, cfg.head.max_iter)
+            if len(mismatches) < 2:  # an untrained smoke pair may stop at once: no head, no judge runs
+                tau = float("nan")
+            else:
+                tau = method.label_threshold([mm.diff for mm in mismatches], cfg.mining.positive_quantile)
+                x, y = method.head_training_set(mismatches, tau)
+                heads[f"selfjudge_{task}"] = method.fit_judge_head(
+                    x, y, cfg.head.validation_fraction, method.c_grid(cfg.head.c_grid_size), seed, cfg.head.max_iter)
+            head = heads.get(f"selfjudge_{task}")
             kinds = [r["kind"] for r in rows]
             meaning = [r["diff"] for r in rows if r["kind"] == "meaning"]
             style = [r["diff"] for r in rows if r["kind"] == "style"]
@@ -127,11 +131,12 @@ def train(cfg: SelfJudgeConfig, seed: int, data_dir: Path, model_dir: Path, devi
                 f"{task}_draft_agreement": matches / max(1, examined), f"{task}_positions_examined": examined,
                 f"{task}_mismatches": len(mismatches), f"{task}_meaning_mismatches": kinds.count("meaning"),
                 f"{task}_style_mismatches": kinds.count("style"), f"{task}_tau": tau,
-                f"{task}_label_positive_rate": float(np.mean([mm.diff > tau for mm in mismatches])),
+                f"{task}_label_positive_rate": float(np.mean([mm.diff > tau for mm in mismatches]))
+                if mismatches else float("nan"),
                 f"{task}_diff_auroc_meaning_vs_style": method.auroc(meaning + style,
                                                                     [1] * len(meaning) + [0] * len(style)),
-                f"{task}_head_val_auroc": heads[f"selfjudge_{task}"].val_auroc,
-                f"{task}_head_c": heads[f"selfjudge_{task}"].c}
+                f"{task}_head_val_auroc": head.val_auroc if head else float("nan"),
+                f"{task}_head_c": head.c if head else float("nan")}
             for r in rows:
                 r["label"] = int(r["diff"] > tau)
             tables[task], mined[task] = rows, mismatches
@@ -147,7 +152,7 @@ def train(cfg: SelfJudgeConfig, seed: int, data_dir: Path, model_dir: Path, devi
         metrics |= {"autojudge_labelled": len(labels),
                     "autojudge_positive_rate": float(np.mean(labels)) if labels else np.nan,
                     "autojudge_agreement_auroc": method.auroc([r["diff"] for r in arith_rows], labels)}
-        if len(set(labels)) == 2:
+        if len(set(labels)) == 2 and len(labels) >= 8:
             # AutoJudge's head: the same features, labelled by the answer check instead of diff_N
             picked = [mined["arith"][i] for i in chosen]
             x = np.stack([mm.hidden_sub for mm in picked] + [mm.hidden_orig for mm in picked])
