@@ -42,6 +42,8 @@ def claim_metrics(config: DiffdtConfig, result: SeedResult) -> dict[str, float]:
     }
     if "auc_oracle_linked" in m:  # synthetic cohort only: the generator's true hazards
         out["oracle_headroom_linked"] = m["auc_oracle_linked"] - m["auc_delphi_linked"]
+        # the SDoH codes' own information: true hazard without z, with vs without the SDoH term
+        out["sdoh_headroom_linked"] = m["auc_oracle_record_linked"] - m["auc_oracle_history_linked"]
     if "intervention_pair_count" in m:  # synthetic cohort only: true counterfactuals
         pairs = m["intervention_pair_count"]
         out["intervention_sign_agreement"] = rate(m["intervention_agree_count"], pairs)  # C5

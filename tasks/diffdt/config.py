@@ -76,6 +76,8 @@ class DiffusionConfig(ProfileConfig):
 
     steps: int = Field(ge=2, le=4000, description="diffusion steps T")
     hidden: int = Field(ge=4, le=4096)
+    brain_hidden: int = Field(ge=4, le=4096, description="width of the brain models")
+    brain_latent_dim: int = Field(ge=1, le=10000, description="whitened-PCA latent of the brain increments")
     n_layers: int = Field(ge=1, le=32)
     train_steps: int = Field(ge=1, le=1_000_000)
     batch_size: int = Field(ge=1, le=65536)

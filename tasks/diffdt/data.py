@@ -52,6 +52,12 @@ def synthetic_cohort(cfg: CohortConfig, seed: int, intervention_horizon: float
     before = ages <= subjects.baseline[:, None]
     active = subjects.sdoh_onset <= subjects.baseline[:, None]
     oracle = cohort.log_hazard(law, subjects, subjects.baseline, active, before)
+    # what a model of the event record can know at best: the true hazard without the unobserved organ axes z,
+    # with and without the SDoH codes (the headroom of SDoH tokens, claims C2a / C6)
+    unseen = cohort.Subjects(subjects.male, subjects.baseline, subjects.deprivation, np.zeros_like(subjects.z),
+                             subjects.sdoh_onset)
+    oracle_record = cohort.log_hazard(law, unseen, subjects.baseline, active, before)
+    oracle_history = cohort.log_hazard(law, unseen, subjects.baseline, np.zeros_like(active), before)
     imaged = cohort.imaging_masks(rng, cfg.n_subjects)
     traits = {o: cohort.tabular_traits(rng, subjects, o) for o in cohort.TRAIT_DIMS}
     c1, c2, brain_dt, follow = cohort.brain_connectivity(rng, subjects, cfg.n_roi, cfg.eig_low,
@@ -61,6 +67,7 @@ def synthetic_cohort(cfg: CohortConfig, seed: int, intervention_horizon: float
         "eid": np.arange(cfg.n_subjects), "split": np.where(test, "test", "train"), "male": subjects.male,
         "baseline": subjects.baseline, "deprivation": subjects.deprivation, "z": subjects.z.tolist(),
         "sdoh_onset": subjects.sdoh_onset.tolist(), "event_age": ages.tolist(), "oracle_log_hazard": oracle.tolist(),
+        "oracle_record_log_hazard": oracle_record.tolist(), "oracle_history_log_hazard": oracle_history.tolist(),
         **{f"imaged_{o}": imaged[o] for o in ORGANS},
         **{f"traits_{o}": traits[o].tolist() for o in traits},
         "brain_c1": upper(c1).tolist(), "brain_c2": upper(np.where(follow[:, None, None], c2, np.nan)).tolist(),
@@ -95,7 +102,9 @@ class Cohort:
     baseline: np.ndarray
     sdoh_onset: np.ndarray      # (N, J)
     event_age: np.ndarray       # (N, K), death last
-    oracle_log_hazard: np.ndarray  # (N, K), NaN for real data
+    oracle_log_hazard: np.ndarray  # (N, K) true log-hazard at baseline, NaN for real data
+    oracle_record_log_hazard: np.ndarray  # (N, K) the same without the unobserved organ axes
+    oracle_history_log_hazard: np.ndarray  # (N, K) ... and without the SDoH codes
     imaged: dict[str, np.ndarray]
     traits: dict[str, np.ndarray]
     brain_c1: np.ndarray        # (N, n, n)
@@ -123,6 +132,8 @@ def load_cohort(data_dir: Path, seed: int, split: str) -> Cohort:
     return Cohort(male=frame["male"].to_numpy(), baseline=frame["baseline"].to_numpy(),
                   sdoh_onset=_matrix(frame, "sdoh_onset"), event_age=_matrix(frame, "event_age"),
                   oracle_log_hazard=_matrix(frame, "oracle_log_hazard"),
+                  oracle_record_log_hazard=_matrix(frame, "oracle_record_log_hazard"),
+                  oracle_history_log_hazard=_matrix(frame, "oracle_history_log_hazard"),
                   imaged={o: frame[f"imaged_{o}"].to_numpy() for o in ORGANS},
                   traits={o: _matrix(frame, f"traits_{o}") for o in cohort.TRAIT_DIMS},
                   brain_c1=from_upper(c1, n_roi), brain_c2=from_upper(_matrix(frame, "brain_c2"), n_roi),

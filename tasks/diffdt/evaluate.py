@@ -51,7 +51,7 @@ def load_backbones(cfg: DiffdtConfig, model_dir: Path, vocab: method.Vocabulary,
 
 
 def load_denoiser(cfg: DiffdtConfig, model_dir: Path, name: str, data_dim: int, cond_dim: int) -> method.Denoiser:
-    model = fit.build_denoiser(data_dim, cond_dim, cfg.diffusion, 0)
+    model = fit.build_denoiser(data_dim, cond_dim, cfg.diffusion, 0, brain=name.startswith("brain_"))
     return load_state_dict(model, Path(model_dir) / denoiser_file(name)).eval()
 
 
@@ -59,8 +59,10 @@ def measure_auc(backbones, data: Cohort, cfg: DiffdtConfig, stats, n_sdoh: int) 
     follow_up = follow_up_years(cfg)
     per_code = {name: auc_table(features.baseline_log_rates(m, data, name, follow_up, stats)[:, n_sdoh:]
                                 .double().numpy(), data, cfg.auc_horizon) for name, m in backbones.items()}
-    if np.isfinite(data.oracle_log_hazard).all():
+    if np.isfinite(data.oracle_log_hazard).all():  # synthetic cohort: the generator's true hazards
         per_code["oracle"] = auc_table(data.oracle_log_hazard, data, cfg.auc_horizon)
+        per_code["oracle_record"] = auc_table(data.oracle_record_log_hazard, data, cfg.auc_horizon)
+        per_code["oracle_history"] = auc_table(data.oracle_history_log_hazard, data, cfg.auc_horizon)
     rows = [{"code": k, **{name: float(v[k]) for name, v in per_code.items()}}
             for k in range(data.event_age.shape[1])]
     return per_code, rows
@@ -95,13 +97,14 @@ def measure_brain(cfg: DiffdtConfig, model_dir: Path, data: Cohort, cond: torch.
     brain_cond = features.brain_conditions(cond, data, stats)
     f = data.brain_follow
     c1, c2 = torch.from_numpy(data.brain_c1[f]), torch.from_numpy(data.brain_c2[f])
-    dim = c1.shape[-1] * (c1.shape[-1] + 1) // 2
     out, samples = {}, {}
     for i, (kind, decode) in enumerate((("geometric", features.decode_geometric),
                                         ("euclidean", features.decode_euclidean))):
-        model = load_denoiser(cfg, model_dir, f"brain_{kind}", dim, brain_cond.shape[1])
+        model = load_denoiser(cfg, model_dir, f"brain_{kind}", int(stats[f"{kind[:3]}_basis"].shape[0]),
+                              brain_cond.shape[1])
         gen = torch.Generator().manual_seed(seed * 1000 + 50 + i)
-        z = method.ddpm_sample(model, schedule, brain_cond, dim, cfg.diffusion.guidance, gen,
+        z = method.ddpm_sample(model, schedule, brain_cond, int(stats[f"{kind[:3]}_basis"].shape[0]),
+                               cfg.diffusion.guidance, gen,
                                clip_x0=cfg.diffusion.clip_x0)
         samples[kind] = decode(z, c1, stats)
         valid = method.is_spd(samples[kind])
@@ -111,6 +114,12 @@ def measure_brain(cfg: DiffdtConfig, model_dir: Path, data: Cohort, cond: torch.
         samples[kind] = repaired
         out[f"{kind}_frobenius_error"] = float(torch.linalg.matrix_norm(samples[kind] - c2).mean())
     out["brain_test_count"] = int(f.sum())
+    # the latent encoders' own floor: the true increments encoded and decoded (no diffusion)
+    floor = {"geometric": features.decode_geometric(features.geometric_target(data, stats), c1, stats),
+             "euclidean": features.decode_euclidean(features.euclidean_target(data, stats), c1, stats)}
+    for kind, mats in floor.items():
+        mats = torch.where(method.is_spd(mats)[:, None, None], mats, method.project_spd(mats, float(stats["eig_floor"])))
+        out[f"{kind}_latent_floor_airm"] = float(method.airm_distance(c2, mats).mean())
     airm = {kind: method.airm_distance(c2, s) for kind, s in samples.items()}
     airm["no_change"] = method.airm_distance(c2, c1)
     out.update({f"{kind}_airm_error": float(v.mean()) for kind, v in airm.items()})

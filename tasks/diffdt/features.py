@@ -22,9 +22,18 @@ def _mean_sd(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     return x.mean(dim=0), x.std(dim=0).clamp(min=1e-6)
 
 
-def fit_stats(train: Cohort) -> dict[str, torch.Tensor]:
-    """Means and sds of every standardised quantity, and the brain's reference point (log-Euclidean mean of the
-    training baseline connectivity)."""
+def _pca(x: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Mean, top-k principal directions (k, d) and their standard deviations (k,) of the rows of x."""
+    mean = x.mean(dim=0)
+    _, sing, vt = torch.linalg.svd(x - mean, full_matrices=False)
+    k = min(k, vt.shape[0])
+    return mean, vt[:k], (sing[:k] / max(1, x.shape[0] - 1) ** 0.5).clamp(min=1e-9)
+
+
+def fit_stats(train: Cohort, brain_latent_dim: int) -> dict[str, torch.Tensor]:
+    """Means and sds of every standardised quantity, the brain's reference point (log-Euclidean mean of the
+    training baseline connectivity) and the linear encoders (whitened PCA, ``brain_latent_dim`` components) of the
+    two brain follow-up targets: the tangent increment (geometric) and the Euclidean increment."""
     stats: dict[str, torch.Tensor] = {}
     for organ in TABULAR:
         x = torch.from_numpy(train.traits[organ][train.imaged[organ]])
@@ -35,8 +44,8 @@ def fit_stats(train: Cohort) -> dict[str, torch.Tensor]:
     stats["brain_mean"], stats["brain_sd"] = _mean_sd(lat)
     follow = train.brain_follow
     c1f, c2f = torch.from_numpy(train.brain_c1[follow]), torch.from_numpy(train.brain_c2[follow])
-    stats["geo_mean"], stats["geo_sd"] = _mean_sd(method.vech(method.tangent_at(c1f, c2f)))
-    stats["euc_mean"], stats["euc_sd"] = _mean_sd(method.vech(c2f - c1f))
+    for name, x in (("geo", method.vech(method.tangent_at(c1f, c2f))), ("euc", method.vech(c2f - c1f))):
+        stats[f"{name}_mean"], stats[f"{name}_basis"], stats[f"{name}_scale"] = _pca(x, brain_latent_dim)
     stats["eig_floor"] = torch.linalg.eigvalsh(c2f)[:, 0].min().reshape(1)
     dt = torch.from_numpy(train.brain_dt[follow])
     stats["dt_mean"], stats["dt_sd"] = dt.mean().reshape(1), dt.std().clamp(min=1e-6).reshape(1)
@@ -99,27 +108,36 @@ def brain_conditions(cond: torch.Tensor, data: Cohort, stats: dict[str, torch.Te
     return torch.cat([cond, latents, dt], dim=-1)[rows]
 
 
+def encode(x: torch.Tensor, stats: dict[str, torch.Tensor], name: str) -> torch.Tensor:
+    """Whitened PCA latent of a brain target (the latent of latent diffusion; a linear auto-encoder)."""
+    return ((x - stats[f"{name}_mean"]) @ stats[f"{name}_basis"].T / stats[f"{name}_scale"]).float()
+
+
+def decode(latent: torch.Tensor, stats: dict[str, torch.Tensor], name: str) -> torch.Tensor:
+    return (latent.double() * stats[f"{name}_scale"]) @ stats[f"{name}_basis"] + stats[f"{name}_mean"]
+
+
 def geometric_target(data: Cohort, stats: dict[str, torch.Tensor]) -> torch.Tensor:
-    """Standardised vech(logm(C1^-1/2 C2 C1^-1/2)) of the follow-up rows (the geometric model's data)."""
+    """Latent of vech(logm(C1^-1/2 C2 C1^-1/2)) on the follow-up rows (the geometric model's data)."""
     f = data.brain_follow
     s = method.vech(method.tangent_at(torch.from_numpy(data.brain_c1[f]), torch.from_numpy(data.brain_c2[f])))
-    return ((s - stats["geo_mean"]) / stats["geo_sd"]).float()
+    return encode(s, stats, "geo")
 
 
 def euclidean_target(data: Cohort, stats: dict[str, torch.Tensor]) -> torch.Tensor:
-    """Standardised vech(C2 - C1) of the follow-up rows (the Euclidean baseline's data)."""
+    """Latent of vech(C2 - C1) on the follow-up rows (the Euclidean baseline's data)."""
     f = data.brain_follow
-    d = method.vech(torch.from_numpy(data.brain_c2[f] - data.brain_c1[f]))
-    return ((d - stats["euc_mean"]) / stats["euc_sd"]).float()
+    return encode(method.vech(torch.from_numpy(data.brain_c2[f] - data.brain_c1[f])), stats, "euc")
 
 
 def decode_geometric(sample: torch.Tensor, c1: torch.Tensor, stats: dict[str, torch.Tensor]) -> torch.Tensor:
-    s = method.unvech(sample.double() * stats["geo_sd"] + stats["geo_mean"], c1.shape[-1])
-    return method.exp_at(c1, s)
+    """C2 = C1^1/2 expm(S) C1^1/2 with S decoded from the latent: SPD for any latent."""
+    return method.exp_at(c1, method.unvech(decode(sample, stats, "geo"), c1.shape[-1]))
 
 
 def decode_euclidean(sample: torch.Tensor, c1: torch.Tensor, stats: dict[str, torch.Tensor]) -> torch.Tensor:
-    return c1 + method.unvech(sample.double() * stats["euc_sd"] + stats["euc_mean"], c1.shape[-1])
+    """C2 = C1 + unvech(decoded increment): SPD only if the increment happens to keep it so."""
+    return c1 + method.unvech(decode(sample, stats, "euc"), c1.shape[-1])
 
 
 def tabular_target(data: Cohort, organ: str, stats: dict[str, torch.Tensor]) -> torch.Tensor:

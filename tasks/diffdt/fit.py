@@ -43,9 +43,10 @@ def train_backbone(model: method.EventBackbone, tokens: torch.Tensor, ages: torc
     return losses
 
 
-def build_denoiser(data_dim: int, cond_dim: int, cfg: DiffusionConfig, seed: int) -> method.Denoiser:
+def build_denoiser(data_dim: int, cond_dim: int, cfg: DiffusionConfig, seed: int, brain: bool = False
+                   ) -> method.Denoiser:
     with torch_init_seed(seed):
-        return method.Denoiser(data_dim, cond_dim, cfg.hidden, cfg.n_layers)
+        return method.Denoiser(data_dim, cond_dim, cfg.brain_hidden if brain else cfg.hidden, cfg.n_layers)
 
 
 def train_denoiser(model: method.Denoiser, z0: torch.Tensor, cond: torch.Tensor, cfg: DiffusionConfig,

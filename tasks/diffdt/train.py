@@ -40,7 +40,7 @@ def train(cfg: DiffdtConfig, seed: int, data_dir: Path, model_dir: Path, device:
     data = load_cohort(data_dir, seed, "train")
     vocab = vocabulary(data.sdoh_onset.shape[1], data.event_age.shape[1])
     follow_up = follow_up_years(cfg)
-    stats = features.fit_stats(data)
+    stats = features.fit_stats(data, cfg.diffusion.brain_latent_dim)
     write_with(model_dir / STATS, lambda tmp: save_file({k: v.contiguous() for k, v in stats.items()}, str(tmp)))
     latents = features.organ_latents(data, stats)
     curves, backbones = {}, {}
@@ -67,7 +67,7 @@ def train(cfg: DiffdtConfig, seed: int, data_dir: Path, model_dir: Path, device:
         brain_cond = features.brain_conditions(cond, data, stats)
         for kind, z0 in (("geometric", features.geometric_target(data, stats)),
                          ("euclidean", features.euclidean_target(data, stats))):
-            model = fit.build_denoiser(z0.shape[1], brain_cond.shape[1], cfg.diffusion, seed)
+            model = fit.build_denoiser(z0.shape[1], brain_cond.shape[1], cfg.diffusion, seed, brain=True)
             curves[f"loss_brain_{kind}"] = fit.train_denoiser(model, z0, brain_cond, cfg.diffusion, seed,
                                                               cfg.diffusion.cond_dropout)
             save_state_dict(model, model_dir / denoiser_file(f"brain_{kind}"))

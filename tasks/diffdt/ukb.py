@@ -85,7 +85,8 @@ def read_extracts(cfg: UKBConfig, seed: int) -> pl.DataFrame:
         "eid": eids, "split": np.where(test, "test", "train"), "male": people["male"].to_numpy(),
         "baseline": people["baseline_age"].to_numpy().astype(float), "deprivation": np.full(n, np.nan),
         "z": np.full((n, 4), np.nan).tolist(), "sdoh_onset": sdoh_onset.tolist(), "event_age": event_age.tolist(),
-        "oracle_log_hazard": np.full((n, len(codes)), np.nan).tolist(),
+        **{f"oracle{part}_log_hazard": np.full((n, len(codes)), np.nan).tolist()
+           for part in ("", "_record", "_history")},
         **{f"imaged_{o}": imaged[o] for o in ORGANS}, **{f"traits_{o}": traits[o].tolist() for o in traits},
         "brain_c1": c1.tolist(), "brain_c2": np.where(follow[:, None], mats[1][0], np.nan).tolist(),
         "brain_dt": np.where(follow, mats[1][1] - mats[0][1], np.nan), "brain_follow": follow})

@@ -40,7 +40,8 @@ def hand_cohort() -> data.Cohort:
         male=np.array([True, False]), baseline=np.array([52.0, 60.0]),
         sdoh_onset=np.array([[45.0, nan], [nan, nan]]),
         event_age=np.array([[48.0, nan, nan], [61.0, nan, 63.0]]),  # code 2 is death
-        oracle_log_hazard=np.zeros((2, 3)),
+        oracle_log_hazard=np.zeros((2, 3)), oracle_record_log_hazard=np.zeros((2, 3)),
+        oracle_history_log_hazard=np.zeros((2, 3)),
         imaged={"brain": np.array([False, True]), "heart": np.array([True, False]),
                 "liver": np.array([False, False]), "kidney": np.array([False, False])},
         traits={}, brain_c1=np.zeros((2, 2, 2)), brain_c2=np.zeros((2, 2, 2)), brain_dt=np.zeros(2),
@@ -74,6 +75,7 @@ def seed_result() -> SeedResult:
     return SeedResult(0).add(
         auc_delphi_linked=0.60, auc_delphi_other=0.62, auc_delphi_sdoh_linked=0.66, auc_delphi_sdoh_other=0.61,
         auc_diffdt_linked=0.70, auc_diffdt_other=0.64, auc_oracle_linked=0.75, auc_oracle_other=0.7,
+        auc_oracle_record_linked=0.68, auc_oracle_history_linked=0.61,
         geometric_airm_error=1.0, euclidean_airm_error=4.0, no_change_airm_error=2.0, euclidean_frobenius_error=0.3,
         no_change_frobenius_error=0.6, geometric_spd_valid_count=50, euclidean_spd_valid_count=40,
         brain_test_count=50, energy_heart_cond=0.1, energy_heart_uncond=0.2, energy_liver_cond=0.4,
@@ -85,6 +87,7 @@ def test_claim_metrics_by_hand():
     out = claim_metrics.claim_metrics(None, seed_result())
     expected = {"auc_gain_linked_diffdt": 0.10, "auc_gain_other_diffdt": 0.02, "auc_gain_linked_sdoh": 0.06,
                 "auc_gain_other_sdoh": -0.01, "delphi_other_above_chance": 0.12, "oracle_headroom_linked": 0.15,
+                "sdoh_headroom_linked": 0.07,
                 "airm_ratio_geometric_euclidean": 0.25, "euclidean_frobenius_over_no_change": 0.5,
                 "geometric_airm_over_no_change": 0.5, "geometric_spd_valid_rate": 1.0,
                 "euclidean_spd_invalid_count": 10, "euclidean_spd_invalid_rate": 0.2,
