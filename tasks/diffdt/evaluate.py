@@ -118,7 +118,8 @@ def measure_brain(cfg: DiffdtConfig, model_dir: Path, data: Cohort, cond: torch.
     floor = {"geometric": features.decode_geometric(features.geometric_target(data, stats), c1, stats),
              "euclidean": features.decode_euclidean(features.euclidean_target(data, stats), c1, stats)}
     for kind, mats in floor.items():
-        mats = torch.where(method.is_spd(mats)[:, None, None], mats, method.project_spd(mats, float(stats["eig_floor"])))
+        repaired = method.project_spd(mats, float(stats["eig_floor"]))
+        mats = torch.where(method.is_spd(mats)[:, None, None], mats, repaired)
         out[f"{kind}_latent_floor_airm"] = float(method.airm_distance(c2, mats).mean())
     airm = {kind: method.airm_distance(c2, s) for kind, s in samples.items()}
     airm["no_change"] = method.airm_distance(c2, c1)

@@ -407,3 +407,65 @@ def test_sign_agreement_exact():
     pred = np.array([0.02, -0.01, 0.03, 0.0, -0.5])
     true = np.array([0.05, 0.04, -0.02, 0.001, -0.2])
     assert method.sign_agreement(pred, true, 0.01) == (2, 4)
+
+
+# --- negative controls of the remaining claim quantities ----------------------------------------------------------
+
+
+def spd_validity_check() -> bool:
+    """A symmetric matrix with positive diagonal but one negative eigenvalue is invalid (acceptance check (a)4)."""
+    bad = torch.tensor([[1.0, 2.0], [2.0, 1.0]], dtype=torch.float64)  # eigenvalues 3 and -1
+    valid = method.is_spd(torch.stack([bad, torch.eye(2, dtype=torch.float64)]))
+    return valid.tolist() == [False, True]
+
+
+def test_spd_validity_counts_a_negative_eigenvalue_as_invalid():
+    assert spd_validity_check()
+
+
+def test_negative_control_diagonal_only_validity_is_caught(monkeypatch):
+    monkeypatch.setattr(method, "is_spd", lambda m, tol=0.0: (torch.diagonal(m, dim1=-2, dim2=-1) > tol).all(-1))
+    assert not spd_validity_check()
+
+
+def energy_check() -> bool:
+    x = torch.tensor([[0.0], [2.0]])
+    y = torch.tensor([[1.0], [4.0]])
+    # 2 * mean(1, 4, 1, 2) - mean(0, 2, 2, 0) - mean(0, 3, 3, 0) = 4 - 1 - 1.5 = 1.5
+    return method.energy_distance(x, y) == pytest.approx(1.5)
+
+
+def test_energy_distance_two_sided_exact():
+    assert energy_check()
+
+
+def test_negative_control_energy_without_self_terms_is_caught(monkeypatch):
+    monkeypatch.setattr(method, "energy_distance", lambda x, y: float(2 * torch.cdist(x, y).mean()))
+    assert not energy_check()
+
+
+def sign_check() -> bool:
+    return method.sign_agreement(np.array([0.0, 0.2, -0.1]), np.array([0.05, 0.1, 0.3]), 0.01) == (1, 3)
+
+
+def test_sign_agreement_counts_a_zero_prediction_as_wrong():
+    assert sign_check()
+
+
+def test_negative_control_non_negative_as_agreement_is_caught(monkeypatch):
+    monkeypatch.setattr(method, "sign_agreement", lambda p, t, m: (int(((p >= 0) == (t > 0))[np.abs(t) > m].sum()),
+                                                                    int((np.abs(t) > m).sum())))
+    assert not sign_check()
+
+
+def test_negative_control_sampler_without_the_padding_restart_is_caught(monkeypatch):
+    """A sampler that ignores the padding ages would still match the marginal incidence (memorylessness), but it
+    must place no-events exactly at the padding age: the check on draw_next_event catches its absence."""
+    def no_padding(rates, age, next_pad_age, generator):
+        total = rates.sum(-1)
+        wait = -torch.log1p(-torch.rand(total.shape, generator=generator, dtype=rates.dtype)) / total
+        return torch.multinomial(rates / total.unsqueeze(-1), 1, generator=generator).squeeze(-1), age + wait
+
+    monkeypatch.setattr(method, "draw_next_event", no_padding)
+    with pytest.raises(AssertionError):
+        test_draw_next_event_frequencies_and_padding()

@@ -25,7 +25,7 @@ def test_bad_params_name_the_key_and_the_reason():
     with pytest.raises(ParamsError, match=r"diffdt\.cpu\.cohort.*n_linked"):
         validate_paper_section("diffdt", section)
     section = yaml.safe_load(yaml.safe_dump(SECTION))
-    section["cpu"]["backbone"]["n_head"] = 3
+    section["cpu"]["backbone"]["n_head"] = 5
     with pytest.raises(ParamsError, match=r"diffdt\.cpu\.backbone.*divisible"):
         validate_paper_section("diffdt", section)
     section = yaml.safe_load(yaml.safe_dump(SECTION))
