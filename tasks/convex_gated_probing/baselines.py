@@ -64,7 +64,8 @@ def linear_probe_map(train_x: torch.Tensor, train_y: torch.Tensor, test_x: torch
     y_train = train_y.double()
     weight, bias = method.fit_linear_probe(x_train, y_train, l2)
     scores = (x_test @ weight.T + bias).numpy()
-    return method.macro_map(scores, test_y.numpy()), method.linear_probe_gradient_norm(weight, bias, x_train, y_train, l2)
+    gradient = method.linear_probe_gradient_norm(weight, bias, x_train, y_train, l2)
+    return method.macro_map(scores, test_y.numpy()), gradient
 
 
 def head2toe_features(patch: torch.Tensor, cls: torch.Tensor) -> torch.Tensor:

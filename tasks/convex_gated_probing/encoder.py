@@ -98,7 +98,8 @@ class MAE(nn.Module):
         order = torch.rand(batch, n, generator=generator).argsort(dim=1)
         visible = order[:, :keep]
         tokens = self.encoder.tokens(spec)
-        encoded, _ = self.encoder.run_blocks(torch.gather(tokens, 1, visible[..., None].expand(-1, -1, tokens.shape[-1])))
+        kept = torch.gather(tokens, 1, visible[..., None].expand(-1, -1, tokens.shape[-1]))
+        encoded, _ = self.encoder.run_blocks(kept)
         latent = self.to_decoder(encoded[:, 1:])
         full = self.mask_token.expand(batch, n, -1).clone()
         full.scatter_(1, visible[..., None].expand(-1, -1, full.shape[-1]), latent)

@@ -18,7 +18,8 @@ METHODS = (("lp", "LP"), ("lp_mean", "LP-mean"), ("lcgp", "LCGP"), ("head2toe", 
 def make_figures(cfg: ConvexGatedProbingConfig, results: list[SeedResult], figures_dir: Path, plots_dir: Path
                  ) -> list[Path]:
     fig, axes = new_figure(ncols=2)
-    rows = [{"seed": r.seed, "method": label, "map": r.metrics[f"{key}_map"]} for r in results for key, label in METHODS]
+    rows = [{"seed": r.seed, "method": label, "map": r.metrics[f"{key}_map"]}
+            for r in results for key, label in METHODS]
     means = [np.mean([r.metrics[f"{key}_map"] for r in results]) for key, _ in METHODS]
     axes[0, 0].bar(range(len(METHODS)), means, color="#1b6ca8")
     for i, (key, _) in enumerate(METHODS):

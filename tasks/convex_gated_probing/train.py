@@ -27,7 +27,8 @@ def new_encoder(cfg: ConvexGatedProbingConfig) -> AudioViT:
     return AudioViT(cfg.data.n_frames, cfg.data.n_mels, e.patch, e.dim, e.depth, e.heads, e.gated_attention)
 
 
-def pretrain(cfg: ConvexGatedProbingConfig, spec: torch.Tensor, seed: int, progress: Progress) -> tuple[AudioViT, list[float]]:
+def pretrain(cfg: ConvexGatedProbingConfig, spec: torch.Tensor, seed: int, progress: Progress
+             ) -> tuple[AudioViT, list[float]]:
     e = cfg.encoder
     with torch_init_seed(seed):
         mae = MAE(new_encoder(cfg), e.decoder_dim, e.decoder_depth, e.heads, e.mask_ratio)

@@ -209,9 +209,10 @@ def test_linear_probe_objective_exact_value():
     BCE = log(1 + e^-2), penalty 0.5 * 0.3 * 1."""
     x = torch.tensor([[2.0, 1.0]], dtype=torch.float64)
     y = torch.tensor([[1.0]], dtype=torch.float64)
-    zero = method.linear_probe_objective(torch.zeros(1, 2, dtype=torch.float64), torch.zeros(1, dtype=torch.float64), x, y, 0.3)
+    bias = torch.zeros(1, dtype=torch.float64)
+    zero = method.linear_probe_objective(torch.zeros(1, 2, dtype=torch.float64), bias, x, y, 0.3)
     assert float(zero) == pytest.approx(math.log(2.0), abs=1e-12)
-    one = method.linear_probe_objective(torch.tensor([[1.0, 0.0]], dtype=torch.float64), torch.zeros(1, dtype=torch.float64), x, y, 0.3)
+    one = method.linear_probe_objective(torch.tensor([[1.0, 0.0]], dtype=torch.float64), bias, x, y, 0.3)
     assert float(one) == pytest.approx(math.log1p(math.exp(-2.0)) + 0.15, abs=1e-12)
 
 
@@ -275,7 +276,8 @@ def test_average_precision_exact_and_against_sklearn():
     rng = np.random.default_rng(0)
     scores = rng.standard_normal((50, 4))
     labels = (rng.random((50, 4)) < 0.3).astype(int)
-    assert method.macro_map(scores, labels) == pytest.approx(100 * average_precision_score(labels, scores, average="macro"))
+    reference = 100 * average_precision_score(labels, scores, average="macro")
+    assert method.macro_map(scores, labels) == pytest.approx(reference)
 
 
 def test_gap_closure_exact():
