@@ -1,0 +1,134 @@
+"""Evaluation step of convex_gated_probing: frozen features of the SSL encoder, every probe, fine-tuning's test
+mAP, the learned gate, and the planted-layer test. Measures only; claim numbers are in claim_metrics.py."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import torch
+from scipy import stats
+
+from tasks.common.io import load_state_dict
+from tasks.common.results import Progress, SeedResult, no_progress
+from tasks.common.seeding import torch_init_seed
+from tasks.convex_gated_probing import baselines, method
+from tasks.convex_gated_probing.config import ConvexGatedProbingConfig, PlantedConfig, ProbeConfig
+from tasks.convex_gated_probing.data import N_CLASSES, load_split, planted_layer_features
+from tasks.convex_gated_probing.encoder import FineTuneModel
+from tasks.convex_gated_probing.train import ENCODER, FINETUNED, new_encoder
+
+# Gate logits of the frozen-gate control: alpha puts 1 - 5e-13 on the last layer (softmax of a 30-logit gap).
+FROZEN_LAST_LOGIT = 30.0
+# Head2Toe-lite: group-lasso strength and proximal-gradient steps (project choices, not tuned on test data).
+HEAD2TOE_GROUP_L2 = 1e-3
+HEAD2TOE_STEPS = 300
+HEAD2TOE_LR = 0.5
+
+
+def frozen_last_gate(n_layers: int) -> torch.Tensor:
+    logits = torch.zeros(n_layers)
+    logits[-1] = FROZEN_LAST_LOGIT
+    return logits
+
+
+def train_probe(head: torch.nn.Module, probe: ProbeConfig, patch: torch.Tensor, cls: torch.Tensor | None,
+                labels: torch.Tensor, seed: int, frozen: tuple[str, ...] = ()) -> list[float]:
+    return baselines.train_head(head, patch, cls, labels, steps=probe.steps, batch=probe.batch, lr=probe.lr,
+                                warmup_steps=probe.warmup_steps, weight_decay=probe.weight_decay,
+                                generator=torch.Generator().manual_seed(seed), frozen=frozen)
+
+
+def cgp_heads(n_layers: int, dim: int, n_prototypes: int, n_classes: int, dropout: float, seed: int
+              ) -> tuple[method.CGPHead, method.CGPHead]:
+    """A CGP head with a learned gate and one whose gate is frozen on the last layer (same initial weights)."""
+    with torch_init_seed(seed):
+        learned = method.CGPHead(n_layers, dim, n_prototypes, n_classes, dropout)
+    with torch_init_seed(seed):
+        frozen = method.CGPHead(n_layers, dim, n_prototypes, n_classes, dropout)
+    with torch.no_grad():
+        frozen.gate_logits.copy_(frozen_last_gate(n_layers))
+    return learned, frozen
+
+
+def planted_layer_test(cfg: PlantedConfig, probe: ProbeConfig, seed: int) -> dict[str, float]:
+    """Acceptance check (a)5 at run time: CGP (learned gate) vs the last-layer cls LP and the frozen-gate CGP."""
+    rng = np.random.default_rng([seed, 5])
+    train_patch, train_cls, train_y = planted_layer_features(cfg, cfg.n_train, rng)
+    test_patch, test_cls, test_y = planted_layer_features(cfg, cfg.n_test, rng)
+    learned, frozen = cgp_heads(cfg.n_layers, cfg.dim, cfg.n_prototypes, cfg.n_classes, probe.dropout, seed)
+    short = probe.model_copy(update={"steps": cfg.steps, "lr": cfg.lr,
+                                     "warmup_steps": min(probe.warmup_steps, cfg.steps // 10)})
+    train_probe(learned, short, train_patch, train_cls, train_y, seed)
+    train_probe(frozen, short, train_patch, train_cls, train_y, seed, frozen=("gate_logits",))
+    lp_map, _ = baselines.linear_probe_map(train_cls[:, -1], train_y, test_cls[:, -1], test_y, probe.lp_l2)
+    alpha = learned.alpha().detach()
+    return {"planted_cgp_map": method.macro_map(baselines.head_scores(learned, test_patch, test_cls), test_y.numpy()),
+            "planted_frozen_gate_map": method.macro_map(baselines.head_scores(frozen, test_patch, test_cls),
+                                                        test_y.numpy()),
+            "planted_lp_map": lp_map, "planted_argmax_layer": float(int(alpha.argmax()) + 1),
+            "planted_alpha_on_layer": float(alpha[cfg.planted_layer - 1])}
+
+
+def evaluate(cfg: ConvexGatedProbingConfig, seed: int, data_dir: Path, model_dir: Path, device: str = "cpu",
+             progress: Progress = no_progress) -> SeedResult:
+    result = SeedResult(seed)
+    probe = cfg.probe
+    train_spec, train_y = load_split(cfg.data, data_dir, "train", seed)
+    test_spec, test_y = load_split(cfg.data, data_dir, "test", seed)
+    encoder = load_state_dict(new_encoder(cfg), Path(model_dir) / ENCODER).eval()
+    with result.stage("features"):
+        train_patch, train_cls = encoder.layer_features(train_spec)
+        test_patch, test_cls = encoder.layer_features(test_spec)
+    n_layers, dim = train_cls.shape[1], train_cls.shape[2]
+    labels = test_y.numpy()
+
+    with result.stage("linear_probes"):
+        per_layer, gradients = [], []
+        for layer in range(n_layers):
+            cls_map, g_cls = baselines.linear_probe_map(train_cls[:, layer], train_y, test_cls[:, layer], test_y,
+                                                        probe.lp_l2)
+            mean_map, g_mean = baselines.linear_probe_map(train_patch[:, layer].mean(1), train_y,
+                                                          test_patch[:, layer].mean(1), test_y, probe.lp_l2)
+            per_layer.append({"layer": layer + 1, "lp_cls_map": cls_map, "lp_mean_map": mean_map})
+            gradients += [g_cls, g_mean]
+    progress(0.2, f"LP last layer {per_layer[-1]['lp_cls_map']:.1f} mAP")
+
+    maps = {}
+    with result.stage("probe_heads"):
+        learned, frozen = cgp_heads(n_layers, dim, probe.n_prototypes, N_CLASSES, probe.dropout, seed)
+        curve = train_probe(learned, probe, train_patch, train_cls, train_y, seed)
+        train_probe(frozen, probe, train_patch, train_cls, train_y, seed, frozen=("gate_logits",))
+        maps["cgp"] = method.macro_map(baselines.head_scores(learned, test_patch, test_cls), labels)
+        maps["cgp_frozen_last_gate"] = method.macro_map(baselines.head_scores(frozen, test_patch, test_cls), labels)
+        with torch_init_seed(seed):
+            lcgp = method.LCGPHead(n_layers, dim, N_CLASSES, probe.dropout)
+            protobin = method.ProtoBinHead(dim, probe.n_prototypes, N_CLASSES, probe.dropout)
+        train_probe(lcgp, probe, train_patch, train_cls, train_y, seed)
+        train_probe(protobin, probe, train_patch, train_cls, train_y, seed)
+        maps["lcgp"] = method.macro_map(baselines.head_scores(lcgp, test_patch, test_cls), labels)
+        maps["protobin"] = method.macro_map(baselines.head_scores(protobin, test_patch, test_cls), labels)
+        maps["head2toe"], group_norms = baselines.head2toe_map(train_patch, train_cls, train_y, test_patch, test_cls,
+                                                               test_y, HEAD2TOE_GROUP_L2, HEAD2TOE_STEPS, HEAD2TOE_LR)
+    progress(0.7, f"CGP {maps['cgp']:.1f} mAP")
+
+    with result.stage("finetuned"):
+        model = load_state_dict(FineTuneModel(new_encoder(cfg), N_CLASSES), Path(model_dir) / FINETUNED).eval()
+        with torch.no_grad():
+            maps["finetune"] = method.macro_map(model(test_spec).numpy(), labels)
+
+    with result.stage("planted_layer"):
+        planted = planted_layer_test(cfg.planted, probe, seed)
+
+    alpha = learned.alpha().detach().numpy()
+    lp_cls = np.array([row["lp_cls_map"] for row in per_layer])
+    for row, a, g in zip(per_layer, alpha, group_norms, strict=True):
+        row.update(cgp_alpha=float(a), lcgp_alpha=float(lcgp.alpha()[row["layer"] - 1]), head2toe_group_norm=g)
+    progress(1.0, f"FT {maps['finetune']:.1f}, CGP {maps['cgp']:.1f}, LP {per_layer[-1]['lp_cls_map']:.1f} mAP")
+    return result.add(
+        {f"{name}_map": value for name, value in maps.items()},
+        lp_map=per_layer[-1]["lp_cls_map"], lp_mean_map=per_layer[-1]["lp_mean_map"],
+        best_middle_lp_map=float(lp_cls[:-1].max()), best_middle_layer=float(int(lp_cls[:-1].argmax()) + 1),
+        lp_max_gradient=float(max(gradients)), cgp_argmax_layer=float(int(alpha.argmax()) + 1),
+        gate_lp_spearman=float(stats.spearmanr(alpha, lp_cls).statistic),
+        **planted, curves={"cgp_train_loss": curve}, tables={"per_layer": per_layer})
