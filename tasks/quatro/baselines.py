@@ -15,8 +15,8 @@ from torch import Tensor
 
 from tasks.common import rl
 from tasks.quatro import method
-from tasks.quatro.method import Stabiliser
 from tasks.quatro.config import Algorithm, RLConfig
+from tasks.quatro.method import Stabiliser
 
 ADVANTAGE_SCALE: dict[Algorithm, str] = {"grpo": "std", "gspo": "std", "reinforce_is": "std", "quatro": "none",
                                           "quatro_rho_log_rho": "none"}

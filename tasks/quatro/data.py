@@ -60,6 +60,10 @@ def prompt_stream(cfg: QuatroConfig, seed: int) -> np.ndarray:
 
 
 def write_data(cfg: QuatroConfig, seeds: tuple[int, ...], data_dir: Path) -> list[Path]:
+    if cfg.hub is not None:
+        from tasks.quatro import hub  # the paper profile: MATH prompts by hub name
+
+        return hub.write_hub_data(cfg.hub, seeds, Path(data_dir))
     written = []
     for seed in seeds:
         stream = prompt_stream(cfg, seed)

@@ -13,8 +13,8 @@ import numpy as np
 import torch
 
 from tasks.common import rl
-from tasks.common.results import Progress, SeedResult, no_progress
 from tasks.common.checkpoints import load_gpt2
+from tasks.common.results import Progress, SeedResult, no_progress
 from tasks.quatro import method
 from tasks.quatro.config import QuatroConfig
 from tasks.quatro.data import load_eval_targets, prompt_ids, rewards
@@ -46,6 +46,10 @@ def evaluate_policy(model: torch.nn.Module, target_values: list[int], cfg: Quatr
 
 def evaluate(cfg: QuatroConfig, seed: int, data_dir: Path, model_dir: Path, device: str = "cpu",
              progress: Progress = no_progress) -> SeedResult:
+    if cfg.hub is not None:
+        from tasks.quatro import hub  # the paper profile (GPU, hub access)
+
+        return hub.evaluate_hub(cfg, seed, Path(data_dir), Path(model_dir), device, progress)
     target_values = load_eval_targets(data_dir)
     names = [SFT_DIR] + [run_name(a, e, lr) for e, lr in cells(cfg.rl) for a in cfg.rl.algorithms]
     result = SeedResult(seed)

@@ -150,19 +150,26 @@ def warm_start(cfg: QuatroConfig, seed: int) -> tuple[GPT2LMHeadModel, list[floa
     return model, losses
 
 
-def _summary(log: RunLog, prefix: str) -> dict[str, float]:
+def summarise(result: SeedResult, log: RunLog, name: str) -> SeedResult:
+    """Add one run's summary metrics (final = mean of the last fifth of the steps), curves and per-query KLs."""
     tail = max(1, len(log.reward) // 5)
-    return {f"{prefix}_final_reward": float(np.mean(log.reward[-tail:])),
-            f"{prefix}_final_train_entropy": float(np.mean(log.entropy[-tail:])),
-            f"{prefix}_outside_clip": float(np.mean(log.outside_clip)),
-            f"{prefix}_median_kl": float(np.median(log.kl_values)) if log.kl_values else float("nan"),
-            f"{prefix}_active_groups": float(len(log.kl_values))}
+    return result.add({f"{name}_final_reward": float(np.mean(log.reward[-tail:])),
+                       f"{name}_final_train_entropy": float(np.mean(log.entropy[-tail:])),
+                       f"{name}_outside_clip": float(np.mean(log.outside_clip)),
+                       f"{name}_median_kl": float(np.median(log.kl_values)) if log.kl_values else float("nan"),
+                       f"{name}_active_groups": float(len(log.kl_values))},
+                      curves={f"{name}_reward": log.reward, f"{name}_entropy": log.entropy,
+                              f"{name}_outside_clip": log.outside_clip, f"{name}_median_kl": log.median_kl,
+                              f"{name}_lambda_mean": log.lambda_mean},
+                      tables={f"{name}_kl": [{"kl": v} for v in log.kl_values]})
 
 
 def train(cfg: QuatroConfig, seed: int, data_dir: Path, model_dir: Path, device: str = "cpu",
           progress: Progress = no_progress) -> SeedResult:
     if cfg.hub is not None:
-        raise NotImplementedError("the paper profile trains with tasks/quatro/hub.py on a GPU (see README)")
+        from tasks.quatro import hub  # the paper profile (GPU, hub access)
+
+        return hub.train_hub(cfg, seed, Path(data_dir), Path(model_dir), device, progress)
     result = SeedResult(seed)
     batches = digit_batches(load_prompt_stream(data_dir, seed), cfg)
     with result.stage("sft"):
@@ -176,10 +183,6 @@ def train(cfg: QuatroConfig, seed: int, data_dir: Path, model_dir: Path, device:
         with result.stage(name):
             log = rl_run(policy, algorithm, epochs, lr, batches, cfg.rl, cfg.task.n_digits, seed=seed * 1000 + 17)
         save_model(policy, Path(model_dir) / name)
-        result.add(_summary(log, name),
-                   curves={f"{name}_reward": log.reward, f"{name}_entropy": log.entropy,
-                           f"{name}_outside_clip": log.outside_clip, f"{name}_median_kl": log.median_kl,
-                           f"{name}_lambda_mean": log.lambda_mean},
-                   tables={f"{name}_kl": [{"kl": v} for v in log.kl_values]})
+        summarise(result, log, name)
         progress((i + 1) / len(runs), f"{name}: final reward {result.metrics[f'{name}_final_reward']:.3f}")
     return result
