@@ -1,27 +1,30 @@
 """Every claim's number of quatro, derived from the measurements only (costs seconds to change).
 
-The decisive cell is the stalest and most aggressive one: the largest number of update epochs per batch with the
-largest learning rate (``stale``); the reference cell is the freshest and gentlest (``fresh``: fewest epochs,
-smallest learning rate). Per algorithm and cell: pass@k, unique correct count and token entropy at evaluation, the
-median per-query KL over training, the fraction of tokens outside the clip range, the final training reward.
+The decisive cell is the stalest and most aggressive one of ``rl.cells``: the largest number of update epochs per
+batch, with the largest learning rate among those (``stale``); the reference cell is the freshest and gentlest
+(``fresh``: fewest epochs, smallest learning rate). Per algorithm and cell: pass@k, unique correct count and token
+entropy at evaluation, the median per-query KL over training, the fraction of tokens outside the clip range, the final
+training reward.
 """
 
 from __future__ import annotations
 
 from tasks.common.results import SeedResult
 from tasks.quatro.config import QuatroConfig
-from tasks.quatro.train import SFT_DIR, run_name
+from tasks.quatro.train import SFT_DIR, cells, run_name
 
 BASELINES = ("grpo", "gspo", "reinforce_is")
 LITERAL = "quatro_rho_log_rho"
 
 
 def stale_cell(cfg: QuatroConfig) -> tuple[int, float]:
-    return max(cfg.rl.epochs), max(cfg.rl.lrs)
+    """The most epochs per batch, then the largest learning rate among them."""
+    return max(cells(cfg.rl))
 
 
 def fresh_cell(cfg: QuatroConfig) -> tuple[int, float]:
-    return min(cfg.rl.epochs), min(cfg.rl.lrs)
+    """The fewest epochs per batch, then the smallest learning rate among them."""
+    return min(cells(cfg.rl))
 
 
 def claim_metrics(cfg: QuatroConfig, result: SeedResult) -> dict[str, float]:

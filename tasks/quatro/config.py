@@ -44,8 +44,7 @@ class RLConfig(ProfileConfig):
     steps: StrictInt = Field(ge=1, le=100_000)
     prompts_per_step: StrictInt = Field(ge=1, le=4096)
     group_size: StrictInt = Field(ge=2, le=256)
-    epochs: list[StrictInt] = Field(min_length=1)          # update epochs per rollout batch (staleness mu)
-    lrs: list[float] = Field(min_length=1)
+    cells: list[tuple[StrictInt, float]] = Field(min_length=1)  # (update epochs per rollout batch mu, learning rate)
     rollout_lag: StrictInt = Field(ge=0, le=64)            # behaviour policy this many updates behind (stale cells)
     algorithms: list[Algorithm] = Field(min_length=1)
     clip_eps: float = Field(gt=0, lt=1)                    # GRPO's clip range and the "outside clip" statistic
@@ -58,8 +57,10 @@ class RLConfig(ProfileConfig):
 
     @model_validator(mode="after")
     def _grid(self) -> RLConfig:
-        if any(e < 1 for e in self.epochs) or any(not 0 < lr <= 1 for lr in self.lrs):
-            raise ValueError("epochs must be >= 1 and lrs in (0, 1]")
+        if any(e < 1 or not 0 < lr <= 1 for e, lr in self.cells):
+            raise ValueError("cells: epochs must be >= 1 and learning rates in (0, 1]")
+        if len(set(self.cells)) != len(self.cells):
+            raise ValueError("cells must be distinct")
         if len(set(self.algorithms)) != len(self.algorithms):
             raise ValueError("algorithms must be distinct")
         return self

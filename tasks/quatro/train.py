@@ -39,7 +39,7 @@ def run_name(algorithm: str, epochs: int, lr: float) -> str:
 
 
 def cells(rl_cfg: RLConfig) -> list[tuple[int, float]]:
-    return [(e, lr) for e in rl_cfg.epochs for lr in rl_cfg.lrs]
+    return [(int(e), float(lr)) for e, lr in rl_cfg.cells]
 
 
 @dataclass
@@ -82,7 +82,7 @@ def digit_batches(stream: np.ndarray, cfg: QuatroConfig) -> list[PromptBatch]:
     g, task = cfg.rl.group_size, cfg.task
     out = []
     for step_targets in stream:
-        t = torch.as_tensor(step_targets)
+        t = torch.tensor(step_targets)
         out.append(PromptBatch(prompt_ids(t, task), None, [int(v) for v in step_targets],
                                lambda ids, t=t: rewards(ids, t.repeat_interleave(g), task)))
     return out

@@ -43,7 +43,7 @@ def stand_ins(tmp_path):
     pl.DataFrame(rows).write_parquet(ds / "train.parquet")
     pl.DataFrame(rows).write_parquet(ds / "test.parquet")
     section = yaml.safe_load((REPO / "params.yaml").read_text())["quatro"]["paper"]
-    section["rl"] |= {"steps": 2, "prompts_per_step": 2, "group_size": 2, "epochs": [1, 2], "lrs": [1e-3],
+    section["rl"] |= {"steps": 2, "prompts_per_step": 2, "group_size": 2, "cells": [[1, 1e-3], [2, 1e-3]],
                       "algorithms": ["grpo", "quatro"]}
     section["eval"] = {"samples_per_prompt": 2, "ks": [1, 2]}
     section["hub"] |= {"model": str(tmp_path / "policy"), "train_dataset": str(ds), "eval_datasets": [str(ds)],

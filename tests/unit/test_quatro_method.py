@@ -25,7 +25,7 @@ def centred(rewards) -> torch.Tensor:
 
 
 def rl_config(**overrides) -> RLConfig:
-    base = dict(steps=1, prompts_per_step=1, group_size=2, epochs=[1], lrs=[1e-3], rollout_lag=0,
+    base = dict(steps=1, prompts_per_step=1, group_size=2, cells=[(1, 1e-3)], rollout_lag=0,
                 algorithms=["grpo", "quatro"], clip_eps=0.2, delta=DELTA, level="sequence", dual_mode="bisection",
                 dual_step_size=1.0, lam_min=1e-3, max_grad_norm=1.0)
     return RLConfig(**(base | overrides))

@@ -72,8 +72,9 @@ def test_sft_batches_and_prompt_streams(tmp_path):
 @pytest.mark.parametrize(("section", "value", "match"), [
     ("task", {"min_target": 20, "max_target": 10}, "min_target"),
     ("task", {"max_target": 19}, "9 \\* n_digits"),
-    ("rl", {"epochs": [0]}, "epochs"),
-    ("rl", {"lrs": [2.0]}, "lrs"),
+    ("rl", {"cells": [[0, 1e-2]]}, "epochs"),
+    ("rl", {"cells": [[1, 2.0]]}, "learning rates"),
+    ("rl", {"cells": [[1, 1e-2], [1, 1e-2]]}, "distinct"),
     ("rl", {"algorithms": ["grpo", "grpo"]}, "distinct"),
     ("rl", {"algorithms": ["ppo"]}, "algorithms"),
     ("rl", {"delta": 0.0}, "delta"),
@@ -117,7 +118,7 @@ def test_duals_bisection_and_ascent_state():
 
 @pytest.mark.parametrize("dual_mode", ["bisection", "ascent"])
 def test_rl_run_logs_every_step_for_every_algorithm(dual_mode):
-    cfg = config(rl={"steps": 3, "dual_mode": dual_mode, "epochs": [2], "rollout_lag": 1})
+    cfg = config(rl={"steps": 3, "dual_mode": dual_mode, "cells": [[2, 1e-2]], "rollout_lag": 1})
     sft, _ = train.warm_start(cfg, 0)
     batches = train.digit_batches(data.prompt_stream(cfg, 0), cfg)
     for algorithm in ("grpo", "gspo", "reinforce_is", "quatro", "quatro_rho_log_rho"):
@@ -147,7 +148,7 @@ def synthetic_result(cfg: QuatroConfig) -> SeedResult:
 
 def test_claim_metrics_exact_on_a_hand_built_result():
     cfg = config(rl={"algorithms": ["grpo", "gspo", "reinforce_is", "quatro", "quatro_rho_log_rho"],
-                     "epochs": [1, 8], "lrs": [3e-3, 1e-2]})
+                     "cells": [[1, 3e-3], [1, 1e-2], [8, 3e-3], [8, 1e-2]]})
     out = claim_metrics.claim_metrics(cfg, synthetic_result(cfg))
     # cells in order (1, 3e-3), (1, 1e-2), (8, 3e-3), (8, 1e-2): stale is index 3, fresh index 0; quatro is a_i = 3
     assert out["stale_quatro_pass8"] == pytest.approx(0.3 + 0.03 + 0.008)
