@@ -53,7 +53,11 @@ def cmd_server(args: argparse.Namespace) -> int:
     from flows import servers
 
     if args.action == "start":
-        url = servers.start_prefect()
+        try:
+            url = servers.start_prefect()
+        except servers.ServerConflict as err:
+            print(f"error: {err}", file=sys.stderr)
+            return 2
         print(f"Prefect server: {url} (UI http://127.0.0.1:{servers.PREFECT_PORT})\n"
               f"use it with: export PREFECT_API_URL={url}")
     elif args.action == "stop":
@@ -68,7 +72,11 @@ def cmd_server(args: argparse.Namespace) -> int:
 def cmd_ui(args: argparse.Namespace) -> int:
     from flows import servers
 
-    prefect_url = servers.start_prefect()
+    try:
+        prefect_url = servers.start_prefect()
+    except servers.ServerConflict as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
     print(f"Prefect UI: http://127.0.0.1:{servers.PREFECT_PORT}  (API {prefect_url})")
     print(f"MLflow UI:  http://127.0.0.1:{args.port}  (store {os.environ['MLFLOW_TRACKING_URI']}); Ctrl-C stops it")
     return subprocess.call(servers.mlflow_ui_command(args.port), cwd=repo_root(), env=servers.mlflow_server_env())

@@ -49,18 +49,47 @@ def server_env(port: int = PREFECT_PORT) -> dict[str, str]:
     return env
 
 
+class ServerConflict(RuntimeError):
+    """A Prefect server that this checkout did not start answers on the port."""
+
+
+def _pid_file() -> Path:
+    return repo_root() / ".prefect" / "server.pid"
+
+
+def own_server_port() -> int | None:
+    """The port of the Prefect server this checkout started (``.prefect/server.pid`` holds "pid port"), if
+    that process is still alive; None otherwise."""
+    try:
+        pid_text, _, port_text = _pid_file().read_text().strip().partition(" ")
+        pid = int(pid_text)
+        os.kill(pid, 0)
+    except (OSError, ValueError):
+        return None
+    return int(port_text) if port_text.isdigit() else PREFECT_PORT
+
+
 def start_prefect(port: int = PREFECT_PORT, wait_s: float = 180.0) -> str:
-    """Start ``prefect server`` in the background unless one answers already; return the API URL."""
+    """Start ``prefect server`` in the background unless this checkout's answers already; return the API URL.
+
+    A server of another checkout (or any other process) on the port is refused, not reused: its flow runs
+    would land in the other checkout's database, and stopping it there would crash this one's runs.
+    """
     url = prefect_api_url(port)
     if prefect_running(port):
-        return url
+        if own_server_port() == port:
+            return url
+        raise ServerConflict(
+            f"a Prefect server that this checkout did not start answers at {url} (another checkout's?). "
+            f"Stop it where it was started ('repro server stop' there), or use another port here: "
+            f"REPRO_PREFECT_PORT={port + 1} repro server start (make reproduce PREFECT_PORT={port + 1})")
     log_dir = repo_root() / ".prefect"
     log_dir.mkdir(parents=True, exist_ok=True)
     log = open(log_dir / "server.log", "ab")  # noqa: SIM115 - handed to the detached server
     process = subprocess.Popen([_bin("prefect"), "server", "start", "--host", PREFECT_HOST, "--port", str(port)],
                                env=server_env(port), stdout=log, stderr=subprocess.STDOUT,
                                start_new_session=True)
-    (log_dir / "server.pid").write_text(str(process.pid))
+    _pid_file().write_text(f"{process.pid} {port}")
     deadline = time.monotonic() + wait_s
     while time.monotonic() < deadline:
         if prefect_running(port):
@@ -72,10 +101,11 @@ def start_prefect(port: int = PREFECT_PORT, wait_s: float = 180.0) -> str:
 
 
 def stop_prefect() -> bool:
-    pid_file = repo_root() / ".prefect" / "server.pid"
+    """Stop the server this checkout started (only that one)."""
+    pid_file = _pid_file()
     if not pid_file.exists():
         return False
-    pid = int(pid_file.read_text())
+    pid = int(pid_file.read_text().split()[0])
     try:
         os.killpg(pid, 15)
     except ProcessLookupError:

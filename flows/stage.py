@@ -57,7 +57,13 @@ def run_stage(slug: str, phase: str, profile: str | None, seeds: list[int] | Non
 
     # The data phase is one small task: it always runs on threads.
     flow = with_runner(load_flow(slug), runner if phase != "data" else "threads", dask_address)
-    result = flow(profile=spec.profile, seeds=list(spec.seeds), phase=phase)
+    from tasks.common.paper_flow import RunError
+
+    try:
+        result = flow(profile=spec.profile, seeds=list(spec.seeds), phase=phase)
+    except RunError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 1
     if phase not in ("data", "train"):
         verdicts = result.get("verdicts", {})
         print(f"[{slug}] profile={spec.profile} seeds={list(spec.seeds)}: "

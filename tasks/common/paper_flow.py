@@ -46,6 +46,26 @@ PHASES: tuple[str, ...] = ("data", "train", "evaluate", "run", "all")
 # Seeds run at once on the thread runner. Three even on 2 cores: each seed computes with one torch
 # thread, and a third worker beats leaving a core idle while the last seed runs alone.
 WORKERS = 3
+
+
+class RunError(RuntimeError):
+    """A condition the user fixes (a phase's input missing, an output folder not writable): the command line
+    prints its message as one line and the next step, with no traceback."""
+
+
+def check_writable(folders: Sequence[Path]) -> None:
+    """Create each output folder and a file in it before any compute, so that a read-only or blocked
+    ``reports/`` fails in a second, not after the seeds have trained (as root, ``os.access`` says yes to
+    everything, so this writes for real)."""
+    for folder in folders:
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+            probe = folder / f".write-probe-{os.getpid()}.partial"
+            probe.write_bytes(b"")
+            probe.unlink()
+        except OSError as err:
+            raise RunError(f"{folder}: not writable ({err.strerror or err}); fix its permissions or free the path "
+                           "before running") from None
 TRAIN_MARKER = "train.json"
 
 
@@ -173,7 +193,7 @@ def read_train_records(spec: RunSpec, paths: PaperPaths) -> list[dict]:
     code = code_version([step_module_name(spec.slug, "train")])
     stale = [s for s in spec.seeds if not train_record_valid(paths.models, s, code, spec.params_hash)]
     if stale:
-        raise RuntimeError(f"{spec.slug}: no valid training for seeds {stale} under {paths.models} (missing, "
+        raise RunError(f"{spec.slug}: no valid training for seeds {stale} under {paths.models} (missing, "
                            f"changed, or from other code/params): run the train phase first "
                            f"(python -m flows.stage {spec.slug} --phase train)")
     return [read_json(train_marker(paths.models, s)) for s in spec.seeds]
@@ -213,7 +233,10 @@ def run_paper(slug: str, profile: str | None, seeds: Sequence[int] | None, phase
     spec = resolve_run(slug, profile, seeds)
     configure(spec.profile)
     paper = load_paper(slug)
-    paths = paper_paths(slug)
+    paths = paper_paths(slug, spec.profile)
+    writes = {"data": [paths.data], "train": [paths.models], "evaluate": [paths.reports],
+              "run": [paths.reports, paths.models], "all": [paths.reports, paths.models, paths.data]}
+    check_writable(writes[phase])
     # Temp files of a run killed mid-write (never a final output) are cleared before anything is written.
     for folder in (paths.data, paths.models, paths.reports):
         remove_partials(folder)
@@ -222,7 +245,7 @@ def run_paper(slug: str, profile: str | None, seeds: Sequence[int] | None, phase
     if phase == "data":
         return {"phase": "data", "data": str(paths.data)}
     if not paths.data.is_dir():
-        raise RuntimeError(f"{slug}: no data under {paths.data}: run the data phase first "
+        raise RunError(f"{slug}: no data under {paths.data}: run the data phase first "
                            f"(python -m flows.stage {slug} --phase data)")
     device = pick_device(spec.config.device)
     import torch

@@ -46,3 +46,27 @@ def test_bad_params_fail_fast_with_key_path(tmp_path, case):
     # Before any compute: nothing written, and no Prefect/torch start-up (those take > 10 s here).
     assert not (root / "data").exists() and not (root / "models").exists()
     assert elapsed < 10, f"validation took {elapsed:.1f} s"
+
+
+@pytest.mark.usefixtures("prefect_server")
+def test_a_missing_phase_input_is_one_line_naming_the_next_step(tmp_path):
+    """The evaluate phase with no data: exit 1 and 'error: ... run the data phase first (command)', no traceback."""
+    root = make_output_root(tmp_path / "project")
+    result = run_stage(root, "arm_ebm", "--phase", "evaluate", "--seeds", "0")
+    assert result.returncode == 1, result.stderr[-3000:]
+    last = result.stderr.strip().splitlines()[-1]
+    assert last.startswith("error: arm_ebm: no data under ") and "python -m flows.stage arm_ebm --phase data" in last
+    assert "Traceback" not in result.stderr.split("error: arm_ebm")[-1]
+
+
+@pytest.mark.usefixtures("prefect_server")
+def test_an_unwritable_reports_folder_fails_before_any_compute(tmp_path):
+    """A file where reports/ should be (what a read-only mount looks like to root, who passes every permission
+    check): one line naming the folder, before the data or any seed is computed."""
+    root = make_output_root(tmp_path / "project")
+    (root / "reports").write_text("not a folder")
+    result = run_stage(root, "arm_ebm", "--phase", "all", "--seeds", "0")
+    assert result.returncode == 1, result.stderr[-3000:]
+    last = result.stderr.strip().splitlines()[-1]
+    assert last.startswith("error: ") and "reports/arm_ebm: not writable" in last
+    assert not (root / "data" / "arm_ebm").exists() and not (root / "models" / "arm_ebm").exists()
