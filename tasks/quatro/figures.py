@@ -38,6 +38,7 @@ def curves_figure(cfg: QuatroConfig, results: list[SeedResult], figures_dir: Pat
                 ax.plot(values.mean(axis=0), label=algorithm)
             ax.set(xlabel="RL step", ylabel=label, title=f"mu={epochs}, lr={lr:g} (mean of {len(results)} seeds)")
     axes[0, 0].legend()
+    fig.tight_layout()  # two rows of titled panels: keep a row's x labels clear of the next row's titles
     return [save_figure(fig, Path(figures_dir) / "curves.png"),
             write_plot_csv(_curve_rows(cfg, results), Path(plots_dir) / "curves.csv")]
 
