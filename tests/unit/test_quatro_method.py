@@ -330,3 +330,15 @@ def test_unique_correct_count_and_entropy_exact():
     two = torch.log(torch.tensor([[[0.25, 0.75]]], dtype=F64))
     assert method.mean_token_entropy(two, torch.ones(1, 1)) == pytest.approx(
         -(0.25 * math.log(0.25) + 0.75 * math.log(0.75)), abs=1e-14)
+
+
+def test_kl_functions_reduce_only_the_last_axis():
+    """A batch of distributions gives one KL per row (the survivor of the sampled mutation run summed everything)."""
+    p = torch.tensor([[0.5, 0.5], [0.25, 0.75]], dtype=F64)
+    q = torch.tensor([[0.5, 0.5], [0.5, 0.5]], dtype=F64)
+    expected = torch.tensor([0.0, 0.25 * math.log(0.5) + 0.75 * math.log(1.5)], dtype=F64)
+    assert torch.allclose(method.categorical_kl(p, q), expected, atol=1e-15)
+    assert torch.allclose(method.expected_rho_log_rho(p, q), expected, atol=1e-15)
+    adv = torch.tensor([[0.5, -0.5], [0.0, 0.0]], dtype=F64)
+    assert torch.allclose(method.tilted_kl(adv, 1.0), torch.tensor(
+        [float(method.tilted_kl(adv[0], 1.0)), 0.0], dtype=F64), atol=1e-15)
