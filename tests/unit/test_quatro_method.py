@@ -342,3 +342,15 @@ def test_kl_functions_reduce_only_the_last_axis():
     adv = torch.tensor([[0.5, -0.5], [0.0, 0.0]], dtype=F64)
     assert torch.allclose(method.tilted_kl(adv, 1.0), torch.tensor(
         [float(method.tilted_kl(adv[0], 1.0)), 0.0], dtype=F64), atol=1e-15)
+
+
+def test_per_sample_objective_exact_with_a_non_unit_advantage():
+    """rho = 2, A = 0.5, lambda = 0.25: value 1 - 0.5 ln 2, gradient 0.5 - 0.25 (1 + ln 2) (a mutation-run survivor
+    divided by A, invisible at A = 1)."""
+    rho = torch.tensor(2.0, dtype=F64, requires_grad=True)
+    value = method.per_sample_objective(rho, torch.tensor(0.5, dtype=F64), 0.25)
+    assert float(value) == pytest.approx(1 - 0.5 * math.log(2), abs=1e-15)
+    (grad,) = torch.autograd.grad(value, rho)
+    assert float(grad) == pytest.approx(0.5 - 0.25 * (1 + math.log(2)), abs=1e-15)
+    assert float(method.objective_grad_wrt_ratio(rho.detach(), torch.tensor(0.5, dtype=F64), 0.25)) == pytest.approx(
+        float(grad), abs=1e-15)
