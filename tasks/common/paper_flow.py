@@ -32,6 +32,7 @@ from prefect.artifacts import create_progress_artifact, update_progress_artifact
 from prefect.cache_policies import INPUTS, TASK_SOURCE
 from prefect.futures import as_completed
 
+from tasks.common import interrupts
 from tasks.common.codehash import code_version
 from tasks.common.contract import Paper, load_paper, step_module_name
 from tasks.common.devices import pick_device
@@ -39,7 +40,14 @@ from tasks.common.env import configure, repo_root
 from tasks.common.io import read_json, remove_partials, write_json
 from tasks.common.params import RunSpec, resolve_run
 from tasks.common.results import SeedResult
-from tasks.common.steps import PaperPaths, log_seed_run, paper_paths, parent_run, publish_claims
+from tasks.common.steps import (
+    PaperPaths,
+    current_flow_run_id,
+    log_seed_run,
+    paper_paths,
+    parent_run,
+    publish_claims,
+)
 
 Phase = Literal["data", "train", "evaluate", "run", "all"]
 PHASES: tuple[str, ...] = ("data", "train", "evaluate", "run", "all")
@@ -179,7 +187,7 @@ def train_all_seeds(spec: RunSpec, paths: PaperPaths, device: str) -> list[dict]
                .submit(spec.slug, spec.config, s, str(paths.data), str(paths.models), device, code, spec.params_hash)
                for s in spec.seeds]
     records = []
-    for future in as_completed(futures):
+    for future in interrupts.interruptible(as_completed(futures)):
         record = future.result()
         marker = train_marker(paths.models, record["seed"])
         if not train_record_valid(paths.models, record["seed"], code, spec.params_hash):
@@ -208,7 +216,7 @@ def evaluate_all_seeds(spec: RunSpec, paths: PaperPaths, device: str, trained: l
         futures.append(evaluate_seed.with_options(refresh_cache=missing).submit(
             spec.slug, spec.config, seed, str(paths.data), str(paths.models), device, code, record["checkpoints"]))
     evaluated = {}
-    for future in as_completed(futures):
+    for future in interrupts.interruptible(as_completed(futures)):
         result = future.result()
         write_json(evaluation_path(paths.reports, result["seed"]), result)
         evaluated[result["seed"]] = result
@@ -232,6 +240,10 @@ def run_paper(slug: str, profile: str | None, seeds: Sequence[int] | None, phase
         raise ValueError(f"phase: must be one of {'|'.join(PHASES)}, got {phase!r}")
     spec = resolve_run(slug, profile, seeds)
     configure(spec.profile)
+    interrupts.opened(flow_run_id=current_flow_run_id())
+    # Again inside the flow: Prefect's engine puts its own SIGTERM bridge in place for the flow run, and a
+    # thread-pool flow would otherwise wait for every seed to finish before stopping.
+    interrupts.install()
     paper = load_paper(slug)
     paths = paper_paths(slug, spec.profile)
     writes = {"data": [paths.data], "train": [paths.models], "evaluate": [paths.reports],
