@@ -28,16 +28,19 @@ POOL_SHAPES = {1: (1, 1), 2: (1, 2), 4: (2, 2), 8: (2, 4), 16: (4, 4), 32: (4, 8
 
 
 class SummaryTeacher(nn.Module):
-    """CNN -> global average pool -> ``dim`` features -> presence logits (10)."""
+    """CNN -> global average pool -> MLP layer -> ``dim`` features -> presence logits (10)."""
 
     def __init__(self, dim: int) -> None:
         super().__init__()
-        self.body = nn.Sequential(nn.Conv2d(1, 16, 3, padding=1), nn.ReLU(), nn.Conv2d(16, 32, 3, stride=2, padding=1),
-                                  nn.ReLU(), nn.Conv2d(32, dim, 1), nn.ReLU())
+        # receptive field 10 pixels: one unit sees a whole 8x8 digit, so the pooled features can name it
+        self.body = nn.Sequential(nn.Conv2d(1, 16, 3, padding=1), nn.GELU(), nn.Conv2d(16, 32, 3, stride=2, padding=1),
+                                  nn.GELU(), nn.Conv2d(32, dim, 3, padding=1), nn.GELU())
+        self.pooled_mlp = nn.Sequential(nn.Linear(dim, dim), nn.GELU())
         self.head = nn.Linear(dim, 10)
 
     def features(self, images: torch.Tensor) -> torch.Tensor:
-        return self.body(images).mean(dim=(2, 3))
+        """Penultimate features: an MLP layer after the global average pool (a non-linear scene summary)."""
+        return self.pooled_mlp(self.body(images).mean(dim=(2, 3)))
 
     def forward(self, images: torch.Tensor) -> torch.Tensor:
         return self.head(self.features(images))

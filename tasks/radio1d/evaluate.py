@@ -15,6 +15,7 @@ from tasks.radio1d.baselines import PlainViT, pool_grid
 from tasks.radio1d.config import Radio1DConfig
 from tasks.radio1d.data import Scenes, load_scenes
 from tasks.radio1d.train import TEACHERS, Teachers, build_plain, build_student, build_teachers, student_specs
+from tasks.radio1d.vlm_proxy import vlm_accuracy_vs_k
 
 EVAL_BATCH = 500
 
@@ -97,6 +98,21 @@ def retrieval_rows(cfg: Radio1DConfig, name: str, model: method.Radio1D | PlainV
     return rows
 
 
+def vlm_rows(cfg: Radio1DConfig, seed: int, model_dir: Path, train: Scenes, test: Scenes) -> list[dict]:
+    """C6 proxy: one tiny GPT-2 per encoder (elastic, and B1 = fixed k = 16) answering quadrant questions."""
+    rows = []
+    for spec in student_specs(cfg):
+        if spec.name not in ("elastic", f"fixed{max(cfg.train.fixed_ks)}"):
+            continue
+        model = load_state_dict(build_student(cfg, seed), model_dir / spec.checkpoint).eval()
+        with torch.no_grad():
+            tokens_train = in_batches(lambda x, m=model: m.encode(x)[1], train.images)
+            tokens_test = in_batches(lambda x, m=model: m.encode(x)[1], test.images)
+        rows += [{"model": spec.name, **row} for row in vlm_accuracy_vs_k(
+            cfg.vlm, tokens_train, train.layouts, tokens_test, test.layouts, cfg.eval.ks, seed)]
+    return rows
+
+
 def evaluate(cfg: Radio1DConfig, seed: int, data_dir: Path, model_dir: Path, device: str = "cpu",
              progress: Progress = no_progress) -> SeedResult:
     if cfg.hub is not None:
@@ -114,6 +130,10 @@ def evaluate(cfg: Radio1DConfig, seed: int, data_dir: Path, model_dir: Path, dev
             per_k += student_tables(cfg, spec.name, model, teachers, train, test)
             retrieval += retrieval_rows(cfg, spec.name, model, test, gallery)
         progress((i + 1) / len(specs), f"evaluated {spec.name}")
+    if cfg.vlm is not None:
+        with result.stage("vlm_proxy"):
+            vlm = vlm_rows(cfg, seed, Path(model_dir), train, test)
+        result.add({f"{r['model']}_vlm_accuracy_k{r['k']}": r["vlm_accuracy"] for r in vlm}, tables={"vlm": vlm})
     for row in per_k:
         result.add({f"{row['model']}_{m}_k{row['k']}": row[m] for m in ("probe_map", "recon_error", "summary_cosine")})
     for row in retrieval:

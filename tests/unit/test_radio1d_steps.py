@@ -207,3 +207,20 @@ def test_hub_loader_asks_for_remote_code(monkeypatch):
     model = hub.load_hub_model("nvidia/C-RADIOv4-1D-H", "bfloat16")
     assert seen == {"name": "nvidia/C-RADIOv4-1D-H", "trust_remote_code": True, "dtype": torch.bfloat16}
     assert not model.training
+
+
+def test_vlm_proxy_reads_the_quadrant_a_token_carries():
+    """Token j one-hot-encodes the digit of quadrant j (j < 4), tokens 4.. are noise: with k = 1 only quadrant
+    0 is answerable (accuracy about 1/4 + 3/4 * chance), with k = 4 every question is."""
+    from tasks.radio1d.config import VLMProxyConfig
+    from tasks.radio1d.vlm_proxy import vlm_accuracy_vs_k
+
+    g = torch.Generator().manual_seed(0)
+    layouts = torch.randint(0, 11, (600, 4), generator=g)
+    tokens = torch.randn(600, 8, 11, generator=g) * 0.1
+    tokens[:, :4] = torch.nn.functional.one_hot(layouts, 11).float()
+    cfg = VLMProxyConfig(steps=300, batch_size=64, lr=1e-2, width=16, layers=1)
+    rows = vlm_accuracy_vs_k(cfg, tokens[:400], layouts[:400], tokens[400:], layouts[400:], (1, 4), seed=0)
+    accuracy = {row["k"]: row["vlm_accuracy"] for row in rows}
+    assert accuracy[4] > 0.9
+    assert accuracy[1] < 0.5
