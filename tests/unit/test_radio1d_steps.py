@@ -64,9 +64,9 @@ def test_teacher_standardisation_gives_zero_mean_and_unit_energy():
     images = torch.rand(50, 1, 16, 16)
     teachers.fit_standardisation(images)
     summary, dense = teachers.targets(images)
-    assert torch.allclose(summary.mean(0), torch.zeros(6), atol=1e-5)
+    assert torch.allclose(summary.mean(0), torch.zeros(6), atol=1e-4)  # float32 round-off at unit scale
     assert float((summary ** 2).sum(-1).mean()) == pytest.approx(1.0, rel=1e-4)
-    assert torch.allclose(dense.mean((0, 1)), torch.zeros(4), atol=1e-5)
+    assert torch.allclose(dense.mean((0, 1)), torch.zeros(4), atol=1e-4)
     assert float((dense ** 2).sum(-1).mean()) == pytest.approx(1.0, rel=1e-4)
 
 
