@@ -268,3 +268,34 @@ def test_linear_probe_separates_separable_labels():
 
 def test_mlp_adaptor_shape():
     assert method.mlp_adaptor(4, 7)(torch.zeros(3, 4)).shape == (3, 7)
+
+
+def test_fill_after_prefix_exact_on_a_non_square_batch():
+    tokens = torch.arange(12, dtype=torch.float32).view(2, 3, 2)
+    filled = method.fill_after_prefix(tokens, torch.tensor([1, 3]), torch.tensor([-1.0, -2.0]))
+    assert filled.tolist() == [[[0, 1], [-1, -2], [-1, -2]], [[6, 7], [8, 9], [10, 11]]]
+
+
+def test_samplers_draw_only_from_the_given_generator():
+    for kind, kwargs in (("uniform", {}), ("triangle", {}), ("gaussian_mixture", {"modes": (3.0, 9.0)})):
+        first = method.sample_num_tokens(kind, 500, 16, torch.Generator().manual_seed(7), **kwargs)
+        torch.manual_seed(123)  # the global generator must not matter
+        second = method.sample_num_tokens(kind, 500, 16, torch.Generator().manual_seed(7), **kwargs)
+        assert torch.equal(first, second)
+
+
+def test_linear_probe_standardises_each_feature():
+    torch.manual_seed(0)
+    x = torch.randn(120, 3)
+    y = (x[:, :1] + x[:, 1:2] > 0).float()
+    base = method.fit_linear_probe(x[:80], y[:80], x[80:], steps=50, lr=0.1)
+    scaled = x * torch.tensor([100.0, 10.0, 1.0])
+    assert torch.allclose(method.fit_linear_probe(scaled[:80], y[:80], scaled[80:], steps=50, lr=0.1), base, atol=1e-4)
+
+
+def test_held_out_r2_in_two_dimensions():
+    x = torch.tensor([[0.0, 1.0], [1.0, 0.0], [2.0, 3.0], [1.0, 5.0]])
+    y = x @ torch.tensor([[2.0], [-1.0]]) + 0.5
+    x_test = torch.tensor([[4.0, 1.0], [0.0, 0.0]])
+    assert method.held_out_r2(x, y, x_test, x_test @ torch.tensor([[2.0], [-1.0]]) + 0.5, 0.0) == \
+        pytest.approx(1.0, abs=1e-9)
