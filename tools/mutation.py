@@ -177,7 +177,7 @@ def diffs(work: Path, slug: str, names: list[str]) -> str:
                           text=True).stdout
 
 
-def summarise(slug: str, work: Path, seconds: float, selected: list[str] | None) -> dict:
+def summarise(slug: str, work: Path, seconds: float, selected: list[str] | None, sampled: bool) -> dict:
     generated = statuses(work, slug)
     wanted = set(selected) if selected is not None else set(generated)
     status = {name: s for name, s in generated.items() if name in wanted}
@@ -190,7 +190,7 @@ def summarise(slug: str, work: Path, seconds: float, selected: list[str] | None)
     survivors = {name: s for name, s in sorted(counted.items()) if s not in DETECTED}
     score = detected / len(counted) if counted else float("nan")
     low, high = wilson(detected, len(counted))
-    summary = {"slug": slug, "generated": len(generated), "mutants": len(status), "sampled": selected is not None,
+    summary = {"slug": slug, "generated": len(generated), "mutants": len(status), "sampled": sampled,
                "equivalent": sum(1 for name in equivalent if name in status), "interval95": [low, high],
                "counted": len(counted), "detected": detected, "counts": dict(counts), "score": score,
                "seconds": round(seconds, 1), "survivors": survivors, "stale_equivalents": stale,
@@ -238,7 +238,7 @@ def run_paper(slug: str, retry: bool, jobs: int, functions: list[str], sample: i
         raise SystemExit(f"mutation: mutmut failed for {slug} (exit {code}); see its output above")
     if selected is not None and previous:
         selected = sorted(set(selected) | set(previous))
-    summary = summarise(slug, work, time.monotonic() - start, selected)
+    summary = summarise(slug, work, time.monotonic() - start, selected, sampled=sample is not None)
     print_summary(summary)
     return summary
 
