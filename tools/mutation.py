@@ -5,6 +5,7 @@
     python tools/mutation.py <slug> --retry        # reuse the last run, re-test only its survivors
     python tools/mutation.py <slug> --sample 150   # a seeded random sample of the mutants (score +- CI)
     python tools/mutation.py <slug> --functions 'kappa*' 'merge*'   # only mutants of these functions
+    python tools/mutation.py <slug> --tests method exact  # only test_<slug>_method.py, test_<slug>_exact.py
 
 Per paper, mutmut 3 mutates exactly `tasks/<slug>/method.py` and runs, per mutant, only the tests
 of `tests/unit/test_<slug>_*.py` that call the mutated function. No per-paper setup: each paper gets
@@ -56,8 +57,10 @@ def papers() -> list[str]:
     return list(yaml.safe_load((REPO / "params.yaml").read_text())["papers"])
 
 
-def test_files(slug: str) -> list[str]:
-    return sorted(str(p.relative_to(REPO)) for p in (REPO / "tests" / "unit").glob(f"test_{slug}_*.py"))
+def test_files(slug: str, kinds: list[str] | None = None) -> list[str]:
+    """tests/unit/test_<slug>_<kind>.py for each kind glob (default: every kind)."""
+    found = {p for kind in (kinds or ["*"]) for p in (REPO / "tests" / "unit").glob(f"test_{slug}_{kind}.py")}
+    return sorted(str(p.relative_to(REPO)) for p in found)
 
 
 def equivalents(slug: str) -> dict[str, str]:
@@ -72,8 +75,8 @@ def equivalents(slug: str) -> dict[str, str]:
     return found
 
 
-def mutmut_section(slug: str, jobs_timeout_multiplier: float) -> str:
-    tests = test_files(slug)
+def mutmut_section(slug: str, timeout_multiplier: float, kinds: list[str] | None) -> str:
+    tests = test_files(slug, kinds)
     return "\n".join([
         "",
         "[tool.mutmut]",
@@ -83,7 +86,7 @@ def mutmut_section(slug: str, jobs_timeout_multiplier: float) -> str:
         # -p no:timeout: pytest-timeout's signal handler would turn mutmut's CPU-time limit into a failure
         # report instead of a timeout; mutmut enforces its own limit (timeout_multiplier x clean duration).
         'pytest_add_cli_args = ["-p", "no:timeout", "-W", "ignore"]',
-        f"timeout_multiplier = {jobs_timeout_multiplier}",
+        f"timeout_multiplier = {timeout_multiplier}",
         "timeout_constant = 2.0",
         # Error messages and exception types are not formulas: a mutated message is equivalent by construction.
         """do_not_mutate_patterns = ['^\\s*raise\\s']""",
@@ -93,11 +96,11 @@ def mutmut_section(slug: str, jobs_timeout_multiplier: float) -> str:
     ])
 
 
-def prepare(slug: str, fresh: bool) -> Path:
+def prepare(slug: str, fresh: bool, kinds: list[str] | None = None) -> Path:
     if not (REPO / "tasks" / slug / "method.py").is_file():
         raise SystemExit(f"mutation: tasks/{slug}/method.py does not exist")
-    if not test_files(slug):
-        raise SystemExit(f"mutation: no unit tests tests/unit/test_{slug}_*.py for {slug}")
+    if not test_files(slug, kinds):
+        raise SystemExit(f"mutation: no unit tests tests/unit/test_{slug}_{{{','.join(kinds or ['*'])}}}.py")
     work = SCRATCH / slug
     if fresh and work.exists():
         shutil.rmtree(work)
@@ -107,7 +110,7 @@ def prepare(slug: str, fresh: bool) -> Path:
         if (REPO / name).exists() and not link.is_symlink():
             link.symlink_to(REPO / name)
     # pytest inside mutants/ must see the project's pytest settings (markers, addopts), hence a full copy.
-    (work / "pyproject.toml").write_text((REPO / "pyproject.toml").read_text() + mutmut_section(slug, 5.0))
+    (work / "pyproject.toml").write_text((REPO / "pyproject.toml").read_text() + mutmut_section(slug, 5.0, kinds))
     return work
 
 
@@ -219,8 +222,9 @@ def print_summary(summary: dict) -> None:
         print(f"   WARNING: docs/testing.md lists {name} as equivalent, but the tests detect it: remove it")
 
 
-def run_paper(slug: str, retry: bool, jobs: int, functions: list[str], sample: int | None) -> dict:
-    work = prepare(slug, fresh=not retry)
+def run_paper(slug: str, retry: bool, jobs: int, functions: list[str], sample: int | None,
+              kinds: list[str] | None = None) -> dict:
+    work = prepare(slug, fresh=not retry, kinds=kinds)
     start = time.monotonic()
     previous = list(json.loads((work / "summary.json").read_text())["survivors"]) if retry and (
         work / "summary.json").exists() else []
@@ -239,6 +243,8 @@ def run_paper(slug: str, retry: bool, jobs: int, functions: list[str], sample: i
     if selected is not None and previous:
         selected = sorted(set(selected) | set(previous))
     summary = summarise(slug, work, time.monotonic() - start, selected, sampled=sample is not None)
+    summary["tests"] = test_files(slug, kinds)
+    (work / "summary.json").write_text(json.dumps(summary, indent=2))
     print_summary(summary)
     return summary
 
@@ -251,12 +257,15 @@ def main(argv: list[str] | None = None) -> int:
                         help="mutants tested in parallel (default 2, env MUTATION_JOBS)")
     parser.add_argument("--sample", type=int, default=None, help="test a seeded random sample of this many mutants")
     parser.add_argument("--functions", nargs="+", default=[], help="only mutants of functions matching these globs")
+    parser.add_argument("--tests", nargs="+", default=None, metavar="KIND",
+                        help="only tests/unit/test_<slug>_<KIND>.py (globs, e.g. method exact); default all")
     args = parser.parse_args(argv)
     known = papers()
     unknown = [s for s in args.slugs if s not in known and not (REPO / "tasks" / s / "method.py").is_file()]
     if unknown:
         parser.error(f"unknown paper(s) {unknown}: not in params.yaml papers and no tasks/<slug>/method.py")
-    results = [run_paper(slug, args.retry, args.jobs, args.functions, args.sample) for slug in (args.slugs or known)]
+    results = [run_paper(slug, args.retry, args.jobs, args.functions, args.sample, args.tests)
+               for slug in (args.slugs or known)]
     if len(results) > 1:
         print("\n| paper | detected / counted | score | equivalent | mutants | seconds |")
         print("|---|---|---|---|---|---|")
