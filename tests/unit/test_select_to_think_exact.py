@@ -222,7 +222,9 @@ def test_concat_groups_pads_to_the_longest_prefix():
     assert close(joined.teacher_probs, [[0.2, 0.1], [0.3, 0.4]])
     assert len(joined) == 2 and joined.subset(torch.tensor([1])).prefixes.tolist() == [[5, 6, 7, 8]]
     empty = method.concat_groups([])
-    assert len(empty) == 0 and empty.prefixes.shape == (0, 1)
+    assert len(empty) == 0 and empty.prefixes.shape == (0, 1) and empty.candidates.shape == (0, 1)
+    assert empty.prefixes.dtype == empty.lengths.dtype == empty.candidates.dtype == torch.long
+    assert empty.teacher_probs.dtype.is_floating_point
 
 
 # Triggers, candidate sets, bins -----------------------------------------------------------------
