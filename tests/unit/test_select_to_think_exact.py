@@ -311,3 +311,65 @@ def test_frozen_rows_change_reads_only_the_non_reserved_rows():
     after[1] = torch.tensor([0.5, -2.0])  # reserved: ignored
     after[2] = torch.tensor([-0.25, 0.125])
     assert method.frozen_rows_change(before, after, reserved=[1]) == pytest.approx(0.25)
+
+
+# Survivors of `make mutation SLUG=select_to_think` ---------------------------------------------------
+
+def test_local_select_with_leading_batch_dimensions():
+    scores = torch.stack([SCORES, SCORES.flip(-1)])  # (2, 3, 3): two batches of three groups
+    candidates = torch.stack([CANDIDATES, CANDIDATES])
+    assert method.local_select(scores, candidates).tolist() == [[5, 2, 13], [5, 4, 6]]
+
+
+def _tiny_model():
+    from tasks.common import tiny_lm
+
+    config = tiny_lm.tiny_gpt2_config(12, 16, n_layer=1, n_head=2, n_embd=8)
+    config.tie_word_embeddings = False
+    return tiny_lm.build_tiny_gpt2(config, seed=3).eval()
+
+
+def candidate_scores_check() -> bool:
+    model, reserved = _tiny_model(), [8, 9, 10, 11]
+    prefixes = torch.tensor([[1, 2, 3], [4, 5, 0]])
+    lengths = torch.tensor([3, 2])
+    candidates = torch.tensor([[6, 7], [2, 1]])
+    with torch.no_grad():
+        got = method.candidate_scores(model, prefixes, lengths, candidates, reserved)
+    want = []
+    for g, length in enumerate(lengths.tolist()):
+        row = []
+        for c in candidates[g].tolist():
+            ids = torch.tensor([prefixes[g, :length].tolist() + [c]])
+            with torch.no_grad():
+                bins = model(input_ids=ids).logits[0, -1, reserved].tolist()
+            p = softmax(bins)
+            row.append(sum(pi * b / 3 for b, pi in enumerate(p)))
+        want.append(row)
+    return close(got, want, 1e-5)
+
+
+def test_candidate_scores_read_the_reserved_bins_at_the_candidate_position():
+    assert candidate_scores_check()
+
+
+def test_negative_control_candidate_scores_on_the_wrong_rows_fail(monkeypatch):
+    original = method.candidate_scores
+    monkeypatch.setattr(method, "candidate_scores",
+                        lambda model, p, lengths, c, reserved, pad_id=0, return_logits=False:
+                        original(model, p, lengths, c, [r - 1 for r in reserved], pad_id, return_logits))
+    assert not candidate_scores_check()
+
+
+def test_train_s2t_local_reports_every_step():
+    model = _tiny_model()
+    g = torch.Generator().manual_seed(0)
+    groups = method.CandidateGroups(torch.randint(0, 8, (5, 4), generator=g), torch.tensor([4, 3, 4, 2, 4]),
+                                    torch.tensor([[1, 2], [3, 4], [5, 6], [7, 1], [2, 3]]),
+                                    torch.tensor([[0.6, 0.2], [0.1, 0.5], [0.3, 0.3], [0.2, 0.1], [0.4, 0.4]]))
+    seen: list[tuple[int, int]] = []
+    log = method.train_s2t_local(model, groups, [8, 9, 10, 11], epochs=2, batch_groups=2, lr=1e-2,
+                                 weight_decay=0.0, weights=method.LocalLossWeights(), seed=0,
+                                 on_step=lambda step, total: seen.append((step, total)))
+    assert seen == [(step, 6) for step in range(1, 7)]  # ceil(5 / 2) = 3 steps per epoch, 2 epochs
+    assert len(log.total) == 6 and not model.training
