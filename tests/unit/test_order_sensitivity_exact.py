@@ -285,3 +285,24 @@ def test_mixture_log_loss_and_eg_exact():
     gap = method.uniform_mixture_gap(p_gold, steps=300, lr=0.5)
     assert gap > 0.01  # slot 0 is better: the uniform mixture is beaten
     assert method.uniform_mixture_gap(np.array([[0.5, 0.5], [0.2, 0.2]])) == pytest.approx(0.0, abs=1e-12)
+
+
+# Survivors of `make mutation SLUG=order_sensitivity` -------------------------------------------------
+
+def test_bernoulli_kl_domain_tolerance_is_1e_9():
+    assert float(method.bernoulli_kl(-1e-10, 0.5)) == pytest.approx(math.log(2))  # rounding noise accepted
+    for bad in (-1e-8, -0.5, 1 + 1e-8):
+        with pytest.raises(ValueError):
+            method.bernoulli_kl(bad, 0.5)
+
+
+def test_bits_to_trust_rejects_h_star_at_the_ends():
+    for bad in (0.0, 1.0):
+        with pytest.raises(ValueError):
+            method.bits_to_trust(0.5, bad)
+
+
+def test_first_order_logits_default_offset_is_zero():
+    ranks = np.array([[2, 1, 4, 3]])
+    want = sum(w * PHI[r - 1] for w, r in zip(WEIGHTS, ranks[0]))
+    assert method.first_order_logits(WEIGHTS, PHI, ranks).tolist() == pytest.approx([want], abs=1e-15)
