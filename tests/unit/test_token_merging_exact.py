@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import pytest
 import torch
 
@@ -271,3 +272,50 @@ def test_radial_angular_exact_on_unequal_vectors():
                                                             torch.tensor([1.0, 0.0], dtype=F64))
     assert float(total) == pytest.approx(20.0) and float(radial) == pytest.approx(16.0)
     assert float(angular) == pytest.approx(2 * 5 * 1 * (1 - 0.6))
+
+
+# Survivors of `make mutation SLUG=token_merging` -----------------------------------------------------
+
+ORIGINAL_ATTENTION = m.corrected_attention
+
+
+def block_attend_check() -> bool:
+    """Block.attend = x + out(corrected_attention(...)) with the method's value exponent and singleton rule."""
+    torch.manual_seed(0)
+    block = m.Block(dim=4, heads=2, mlp_dim=8, eps=1e-6).double().requires_grad_(False)
+    x = torch.randn(1, 3, 4, dtype=F64)
+    state = m.MergeState(x, torch.tensor([[1.0, 3.0, 2.0]], dtype=F64), torch.tensor([[1.0, 0.36, 0.64]], dtype=F64))
+    method = m.MergeMethod("test", "average", "sqrt_r", value_exp=1.5, shrink_singletons=True)
+    got, keys = block.attend(state, method, retention=0.25)
+    h = block.norm1(x)
+    q, k, v = (block.split_heads(layer(h)) for layer in (block.query, block.key, block.value))
+    att = ORIGINAL_ATTENTION(q, k, v, state.sizes, 0.25, "sqrt_r", torch.tensor([[1.0, 0.6, 0.8]], dtype=F64),
+                                value_exp=1.5, shrink_singletons=True)
+    want = x + block.out(att.transpose(1, 2).reshape(x.shape))
+    return torch.allclose(got, want, atol=1e-12) and torch.allclose(keys, k.mean(dim=1))
+
+
+def test_block_attend_passes_the_value_exponent_and_singleton_rule():
+    assert block_attend_check()
+
+
+def test_negative_control_attend_without_value_exponent_fails(monkeypatch):
+    monkeypatch.setattr(m, "corrected_attention", lambda q, k, v, sizes, r, mode, kappa=None, value_exp=0.0,
+                        shrink_singletons=False: ORIGINAL_ATTENTION(q, k, v, sizes, r, mode, kappa, 0.0,
+                                                                    shrink_singletons))
+    assert not block_attend_check()
+
+
+def test_log_softmax_rows_of_very_different_scale():
+    logits = np.array([[1000.0, 999.0], [0.0, 1.0]])
+    want = [[-math.log(1 + math.exp(-1)), -1 - math.log(1 + math.exp(-1))],
+            [-1 - math.log(1 + math.exp(-1)), -math.log(1 + math.exp(-1))]]
+    assert np.allclose(m._log_softmax(logits), want, atol=1e-12)
+
+
+def test_layer_norm_rows_exact_with_a_large_eps():
+    x = np.array([[1.0, 2.0, 6.0], [0.0, -3.0, 3.0]])
+    for row, got in zip(x.tolist(), m.layer_norm_rows(x, eps=0.5)):
+        mean = sum(row) / 3
+        var = sum((v - mean) ** 2 for v in row) / 3
+        assert np.allclose(got, [(v - mean) / math.sqrt(var + 0.5) for v in row], atol=1e-15)
