@@ -160,3 +160,76 @@ def test_negative_control_halved_slope_fails(monkeypatch):
     monkeypatch.setattr(m, "empirical_slope", lambda p, mu, c: 0.5 * float(np.max(
         np.abs(mu[:, None] - mu[None, :]) / (m.pairwise_distances(p, p) + np.eye(len(p))))))
     assert not adaptive_check()
+
+
+# Survivors of `make mutation SLUG=certificate_pruning`: the seeds, CGP-Hybrid, CGP-TR ----------------
+
+def test_sobol_pool_is_scrambled_by_the_seed():
+    a, b = m.sobol_pool(2, 8, seed=0), m.sobol_pool(2, 8, seed=1)
+    assert not np.allclose(a, b) and np.allclose(a, m.sobol_pool(2, 8, seed=0))
+    assert not (a == 0).all(axis=1).any()  # the unscrambled sequence starts at the origin
+
+
+def test_adaptive_cgp_uses_its_seed_for_the_pool():
+    settings = m.CGPSettings(lipschitz=1.0, noise_sd=0.0, pool_size=16)
+    assert np.array_equal(m.AdaptiveCGP(2, settings, seed=5, initial_lipschitz=1.0).pool, m.sobol_pool(2, 16, 5))
+
+
+def test_trust_region_state_update_sequence():
+    state = m.TrustRegionState(side=0.4, success_tol=2, failure_tol=2, min_side=0.15, initial_side=0.8)
+    sides = []
+    for improved in (True, True, False, False, False, False, False, False):
+        state.update(improved)
+        sides.append(state.side)
+    # 2 successes double 0.4 -> 0.8; 2 failures halve -> 0.4 -> 0.2 -> 0.1 < min_side: restart at 0.8
+    assert sides == [0.4, 0.8, 0.8, 0.4, 0.4, 0.2, 0.2, 0.8] and state.restarts == 1
+
+
+def test_trust_region_cgp_recommend_box_and_improvement_rule():
+    settings = m.CGPSettings(lipschitz=2.0, noise_sd=0.0, pool_size=16)
+    tr = m.TrustRegionCGP(2, settings, seed=0, state=m.TrustRegionState(side=0.5, success_tol=10, failure_tol=10))
+    assert tr.recommend().tolist() == [0.5, 0.5] and tr.ask().tolist() == [0.5, 0.5]
+    tr.tell(np.array([0.9, 0.1]), 2.0)
+    low, high = tr.box()
+    assert low.tolist() == pytest.approx([0.65, 0.0]) and high.tolist() == pytest.approx([1.0, 0.35])
+    tr.tell(np.array([0.2, 0.2]), 2.001)  # within 1e-3 * max(1, |best|) = 0.002 of the best: not an improvement
+    assert (tr.state.successes, tr.state.failures) == (0, 1)
+    tr.tell(np.array([0.3, 0.3]), 2.01)
+    assert (tr.state.successes, tr.state.failures) == (1, 0)
+    x = tr.ask()
+    assert x.shape == (2,) and tr.local_lipschitz <= 2.0
+
+
+def test_hybrid_cgp_checks_smoothness_every_k_samples_and_then_asks_the_gp():
+    settings = m.CGPSettings(lipschitz=4.0, noise_sd=0.01, pool_size=64)
+    hybrid = m.HybridCGP(1, settings, seed=0, local_radius=0.3, residual_tol=0.05, check_every=4,
+                         gp_candidates=1000)
+    xs = [0.5, 0.4, 0.6, 0.45, 0.55, 0.35, 0.65, 0.5]
+    switched = []
+    for x in xs:  # a smooth quadratic: the fit around the incumbent is exact
+        hybrid.tell(np.array([x]), 1.0 - (x - 0.5) ** 2)
+        switched.append(hybrid.switched_at)
+    # checks at t = 4 (too few points near the incumbent: 4 < 2 * 3 coefficients) and t = 8 (6 near: smooth)
+    assert switched == [None] * 7 + [8]
+    x = hybrid.ask()
+    candidates = hybrid.pool[hybrid.active]
+    assert x.tolist() == candidates[int(np.argmax(hybrid._gp_ucb(candidates)))].tolist()  # the GP-UCB maximiser
+
+
+def test_hybrid_local_smoothness_uses_the_squared_distance():
+    settings = m.CGPSettings(lipschitz=4.0, noise_sd=0.01, pool_size=64)
+    hybrid = m.HybridCGP(1, settings, seed=0, local_radius=0.3, residual_tol=0.05, check_every=100)
+    for x in [0.5, 0.4, 0.6, 0.45, 0.55, 0.35]:
+        hybrid.tell(np.array([x]), 1.0 - (x - 0.5) ** 2)
+    for x in [0.05, 0.1, 0.9, 0.95]:  # far away and rough: must not enter the local fit
+        hybrid.tell(np.array([x]), 0.5 + (3.0 if x > 0.5 else -3.0) * (x % 0.1))
+    assert hybrid._locally_smooth()
+
+
+def test_quadratic_fit_and_ucb_beta_exact():
+    points = np.array([[0.0], [0.5], [1.0], [1.5], [2.0], [2.5]])
+    assert m.quadratic_fit_residual(points, 1 + 2 * points[:, 0] - points[:, 0] ** 2) == pytest.approx(0.0, abs=1e-12)
+    assert m.quadratic_fit_residual(points[:5], points[:5, 0]) is None  # 5 < 2 * 3
+    assert m.quadratic_features(np.array([[2.0, 3.0]])).tolist() == [[1.0, 2.0, 3.0, 4.0, 6.0, 9.0]]
+    assert m.ucb_beta_sqrt(100, 3, 0.1) == pytest.approx(math.sqrt(2 * math.log(100 * 9 * math.pi**2 / 0.6)))
+    assert m.ucb_beta_sqrt(100, 0, 0.1) == pytest.approx(math.sqrt(2 * math.log(100 * math.pi**2 / 0.6)))
