@@ -157,3 +157,12 @@ def test_rk4_one_step_by_hand():
 
 def test_series_terms_by_dtype():
     assert method.series_terms(torch.float64) == 18 and method.series_terms(torch.float32) == 10
+
+
+def test_coda_block_accepts_the_smallest_sizes():
+    block = method.CodaBlock(2, 3, gru_hidden=1, rank=1)
+    out = block(torch.randn(2, 4, 2), torch.rand(2, 4))
+    assert out.shape == (2, 4, 3) and torch.isfinite(out).all()
+    for bad in ({"gru_hidden": 0}, {"rank": 0}):
+        with pytest.raises(ValueError):
+            method.CodaBlock(2, 3, **bad)
