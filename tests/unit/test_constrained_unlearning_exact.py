@@ -190,3 +190,52 @@ def test_sample_metrics_exact():
     points = np.array([[0.0, 0.0], [2.0, 0.1]])
     with_nan = np.vstack([samples, [[np.nan, 0.0]]])
     assert m.near_fraction(with_nan, points, 0.6) == pytest.approx(3 / 5)
+
+
+# Survivors of `make mutation SLUG=constrained_unlearning`: the Stage B loop and its constraint ---------
+
+def _unlearn(values: list[float], formulation: str = "ru", lam_max: float | None = None):
+    import torch
+
+    from tasks.constrained_unlearning import diffusion
+
+    model = diffusion.build_model(hidden=8, layers=1, time_dim=4, timesteps=4, seed=0)
+    pool = torch.randn(32, 2, generator=torch.Generator().manual_seed(0))
+    log_q = -0.5 * (pool**2).sum(1).numpy() - math.log(2 * math.pi)
+    log_qu = -0.5 * ((pool - 1.0) ** 2).sum(1).numpy() - math.log(2 * math.pi)
+    queue, progress = list(values), []
+    result = m.primal_dual_unlearn(
+        formulation, model, diffusion.NoiseSchedule.linear(4), pool, log_q.astype(np.float64),
+        log_qu.astype(np.float64), bound=1.0, constraint_fn=lambda samples: queue.pop(0), dual_updates=len(values),
+        steps_per_dual=2, batch_size=8, lr=1e-3, dual_lr=0.8, dual_samples=16,
+        generator=torch.Generator().manual_seed(1), lam_max=lam_max, progress=progress.append)
+    return result, progress
+
+
+def test_primal_dual_unlearn_dual_trajectory_exact():
+    result, progress = _unlearn([0.5, 2.0, 0.1])
+    # g = b - KL: 0.5, -1.0, 0.9; lambda = [lambda + 0.8 g]_+ : 0.4, 0.0, 0.72
+    assert result.slacks == pytest.approx([0.5, -1.0, 0.9])
+    assert result.lambdas == pytest.approx([0.4, 0.0, 0.72]) and result.lam == pytest.approx(0.72)
+    assert len(result.losses) == 6 and all(isinstance(x, float) and math.isfinite(x) for x in result.losses)
+    assert progress == pytest.approx([1 / 3, 2 / 3, 1.0])
+
+
+def test_primal_dual_unlearn_caps_lambda():
+    assert _unlearn([-5.0])[0].lambdas == [0.99]  # RU's default cap
+    assert _unlearn([-5.0], lam_max=0.3)[0].lambdas == [0.3]
+    assert _unlearn([-5.0], formulation="lu")[0].lambdas == pytest.approx([0.0])  # LU: g = value - b < 0
+    assert _unlearn([5.0], formulation="lu")[0].lambdas == pytest.approx([3.2])  # no cap for LU
+
+
+def test_sample_constraint_value_uses_k():
+    rng = np.random.default_rng(0)
+    samples, qu_samples = rng.normal(size=(200, 2)), rng.normal(1.0, 1.0, size=(150, 2))
+    log_qu_at = lambda x: -0.5 * ((x - 1.0) ** 2).sum(1) - math.log(2 * math.pi)  # noqa: E731
+    want_ru = -m.knn_entropy(samples, 3) - float(np.mean(log_qu_at(samples)))
+    assert m.sample_constraint_value("ru", samples, log_qu_at, qu_samples, k=3) == pytest.approx(want_ru, abs=1e-12)
+    assert m.sample_constraint_value("fu", samples, log_qu_at, qu_samples, k=3) == pytest.approx(
+        m.knn_kl(qu_samples, samples, 3), abs=1e-12)
+    assert m.sample_constraint_value("lu", samples, log_qu_at, qu_samples) == pytest.approx(
+        float(np.mean(np.exp(log_qu_at(samples)))), abs=1e-12)
+    assert m.knn_entropy(samples, 3) != pytest.approx(m.knn_entropy(samples, 5), abs=1e-6)
