@@ -5,6 +5,8 @@ beta = 0, where the central difference must turn one-sided)."""
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pytest
 
@@ -133,3 +135,67 @@ def test_least_squares_refit_and_training_mixture_counts():
     pools = [(np.ones((20, 1)), np.full(20, 100.0)), (np.ones((20, 1)), np.full(20, 200.0))]
     _, ys = m.training_mixture(spec([1.0, 1.0]), 0, pools, real, 20, np.random.default_rng(0))
     assert (ys < 50).sum() == 6 and (ys == 100.0).sum() == 6 and (ys == 200.0).sum() == 8
+
+
+# Survivors of `make mutation SLUG=multi_model_curation`: the neural refit and the sampled loop ---------
+
+def test_neural_gaussian_starts_at_the_real_data_state():
+    model = m.NeuralGaussian(dim=2, hidden=4, real_var=0.7, seed=0)
+    phi = np.array([[1.0, -0.5], [0.2, 0.3], [-1.0, 2.0]])
+    assert model.mean(phi).tolist() == [0.0, 0.0, 0.0] and model.variance == pytest.approx(0.7)
+    assert model.mean(phi[:1]).shape == (1,)
+    target = np.array([0.5, -1.0])
+    assert model.alignment(phi, target) == pytest.approx(-(np.mean((phi @ target) ** 2) + 0.7) / 2, rel=1e-6)
+
+
+def test_neural_gaussian_fit_nll_and_first_adam_step_exact():
+    model = m.NeuralGaussian(dim=2, hidden=4, real_var=0.7, seed=0)
+    phi = np.array([[1.0, -0.5], [0.2, 0.3], [-1.0, 2.0]])
+    y = np.array([0.3, -1.2, 2.0])
+    nll = model.fit(phi, y, steps=1, lr=0.1)
+    second_moment = float(np.mean(y**2))
+    assert nll == pytest.approx(0.5 * (math.log(0.7) + second_moment / 0.7), rel=1e-6)  # f = 0 before the step
+    # d nll / d log_var = 0.5 (1 - m2 / v) < 0 here; Adam's first step moves log_var by +lr exactly
+    assert 1 - second_moment / 0.7 < 0
+    assert math.log(model.variance) == pytest.approx(math.log(0.7) + 0.1, abs=1e-6)
+
+
+def test_iterate_neural_first_alignment_and_progress():
+    loop = m.LoopSpec("n", np.array([[0.5]]), np.array([0.5]), np.array([1.0]), np.array([[1.0, -0.5]]),
+                      np.array([0.0, 0.0]), 0.8)
+    real = m.conditional_real_data(64, np.zeros(2), 0.8, np.random.default_rng(1))
+    seen: list[int] = []
+    history, models = m.iterate_neural(loop, rounds=2, n_candidates=2, n_samples=16, real=real,
+                                       rng=np.random.default_rng(2), hidden=4, steps=2, lr=0.01, seed=0,
+                                       eval_size=32, progress=seen.append)
+    phi_eval = np.random.default_rng(2).standard_normal((32, 2))  # the first draw of the loop's rng
+    assert history.shape == (3, 1) and len(models) == 1 and seen == [1, 2]
+    assert history[0, 0] == pytest.approx(-(np.mean((phi_eval @ np.array([1.0, -0.5])) ** 2) + 0.8) / 2, rel=1e-6)
+    with pytest.raises(ValueError):
+        m.iterate_neural(spec([1.0, 1.0]), 1, 2, 4, real, np.random.default_rng(0), 4, 1, 0.01, 0)
+
+
+def test_draw_features_and_empty_pools():
+    assert np.array_equal(m.draw_features(3, 5, np.random.default_rng(4)),
+                          np.random.default_rng(4).standard_normal((5, 3)))
+    assert m.draw_features(1, 3, np.random.default_rng(4)).tolist() == [[1.0], [1.0], [1.0]]
+    loop = m.LoopSpec("one-way", np.array([[0.5, 0.0], [0.5, 0.0]]), np.array([0.5, 0.5]), np.array([1.0, 1.0]),
+                      np.array([[1.0], [2.0]]))
+    pools = m.curated_pools(loop, np.zeros((2, 1)), np.ones(2), 2, 8, np.random.default_rng(0))
+    assert pools[0][0].shape == (8, 1) and pools[0][1].shape == (8,)
+    assert pools[1][0].shape == (0, 1) and pools[1][1].shape == (0,)  # nobody trains on model 1
+
+
+def test_row_sum_tolerance_and_canonical_names():
+    m.LoopSpec("ok", np.array([[0.8 + 5e-10]]), np.array([0.2]), np.array([1.0]), np.array([[1.0]]))
+    with pytest.raises(ValueError):
+        m.LoopSpec("bad", np.array([[0.8 + 5e-9]]), np.array([0.2]), np.array([1.0]), np.array([[1.0]]))
+    assert all(name == loop.name for name, loop in m.canonical_specs().items())
+
+
+def test_curated_moments_chunks_the_draws():
+    got = m.curated_moments(0.3, 1.2, 2.0, 1.0, n_candidates=2, draws=50_003, rng=np.random.default_rng(5))
+    rng = np.random.default_rng(5)
+    kept = np.concatenate([m.curate_gaussian(np.full(n, 0.3), 1.2, 2.0, np.full(n, 1.0), 2, rng)
+                           for n in (50_000, 3)])
+    assert got == (pytest.approx(float(kept.mean()), abs=1e-15), pytest.approx(float(kept.var()), abs=1e-15))
