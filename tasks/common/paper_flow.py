@@ -168,22 +168,41 @@ def make_figures(slug: str, config: Any, results: list[dict], figures_dir: str, 
     return [str(p) for p in made if p is not None]
 
 
-def train_record_valid(model_dir: Path, seed: int, code: str, params_hash: str) -> bool:
-    """A seed's training can be reused: its marker matches the code and params, and the checkpoints
-    on disk are the ones the marker recorded (a deleted or changed file means retrain)."""
+def train_record_problem(model_dir: Path, seed: int, code: str, params_hash: str) -> str | None:
+    """Why a seed's training cannot be reused, or None when it can: its marker must match the code and
+    params, and the checkpoints on disk must be the ones the marker recorded (sha256), so a truncated,
+    changed or deleted checkpoint is retrained, never loaded."""
     marker = train_marker(model_dir, seed)
+    if not marker.exists():
+        return "not trained yet"
     try:
         record = read_json(marker)
     except (OSError, ValueError):
-        return False
-    return (record.get("code_version") == code and record.get("params_hash") == params_hash
-            and record.get("checkpoints") == checkpoint_digest(seed_dir(model_dir, seed)))
+        return f"{marker} is unreadable (truncated?)"
+    if record.get("code_version") != code:
+        return "the code train.py imports has changed"
+    if record.get("params_hash") != params_hash:
+        return "the params have changed"
+    recorded, on_disk = record.get("checkpoints") or {}, checkpoint_digest(seed_dir(model_dir, seed))
+    changed = sorted(name for name in set(recorded) | set(on_disk) if recorded.get(name) != on_disk.get(name))
+    if changed:
+        return "checkpoint files differ from the ones training wrote (corrupt, changed or missing): " + ", ".join(
+            str(seed_dir(model_dir, seed) / name) for name in changed)
+    return None
+
+
+def train_record_valid(model_dir: Path, seed: int, code: str, params_hash: str) -> bool:
+    return train_record_problem(model_dir, seed, code, params_hash) is None
 
 
 def train_all_seeds(spec: RunSpec, paths: PaperPaths, device: str) -> list[dict]:
     """Train every seed (cached), write each seed's marker once Prefect persisted it; sorted by seed."""
     code = code_version([step_module_name(spec.slug, "train")])
-    futures = [train_seed.with_options(refresh_cache=not train_record_valid(paths.models, s, code, spec.params_hash))
+    problems = {s: train_record_problem(paths.models, s, code, spec.params_hash) for s in spec.seeds}
+    for seed, problem in problems.items():
+        if problem is not None and problem != "not trained yet":
+            get_run_logger().warning("%s seed %d: training again: %s", spec.slug, seed, problem)
+    futures = [train_seed.with_options(refresh_cache=problems[s] is not None)
                .submit(spec.slug, spec.config, s, str(paths.data), str(paths.models), device, code, spec.params_hash)
                for s in spec.seeds]
     records = []
