@@ -5,6 +5,7 @@ train.py; measures alignment with the human score (Spearman, mean over re-judgin
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -35,20 +36,14 @@ def mean_over_draws(rubrics: list[np.ndarray], score: Callable[[np.ndarray], np.
     return {name: float(np.mean([d[name] for d in per_draw])) for name in per_draw[0]}
 
 
+@dataclass(frozen=True)
 class Rejudgings:
-    """The R judging passes over the evaluation items: pool answers, fixed-questionnaire answers, CoT scores."""
+    """The R judging passes over the evaluation items: answers to the whole pool (n, Q) and to the fixed
+    questionnaire (n, k_sweep_max) per pass, and the CoT judge's scores (n, R)."""
 
-    def __init__(self, cfg: EigRubricConfig, world: World, seed: int) -> None:
-        judge, n_cal = cfg.judge, world.n_calibration
-        z = world.z[n_cal:]
-        fixed_pool = baselines.fixed_questionnaire(judge.k_sweep_max, z.shape[1], judge.fixed_noise_sd)
-        self.pool_answers, self.fixed_answers, cot = [], [], []
-        for r in range(judge.n_rejudgings):
-            rng = np.random.default_rng([seed, REJUDGING_STREAM, r])
-            self.pool_answers.append(simulator.answer(z, world.pool, rng))
-            self.fixed_answers.append(simulator.answer(z, fixed_pool, rng))
-            cot.append(baselines.cot_drift_scores(z, world.weights, cfg.world.n_levels, judge, rng))
-        self.cot = np.stack(cot, axis=1).astype(np.float64)
+    pool_answers: list[np.ndarray]
+    fixed_answers: list[np.ndarray]
+    cot: np.ndarray
 
     def naive_bayes(self, indices: np.ndarray, theta: np.ndarray, prior: np.ndarray) -> np.ndarray:
         idx = np.asarray(indices, dtype=np.int64)
@@ -59,23 +54,30 @@ class Rejudgings:
         return np.stack([baselines.count_score(a[:, :k]) for a in self.fixed_answers], axis=1)
 
 
-def evaluate(cfg: EigRubricConfig, seed: int, data_dir: Path, model_dir: Path, device: str = "cpu",
-             progress: Progress = no_progress) -> SeedResult:
-    if cfg.world is None:
-        from tasks.eig_rubric import hub
+def simulated_rejudgings(cfg: EigRubricConfig, world: World, seed: int) -> Rejudgings:
+    """R passes of the simulated evaluator with fresh answer noise and fresh CoT drift each time."""
+    judge = cfg.judge
+    z = world.z[world.n_calibration:]
+    fixed_pool = baselines.fixed_questionnaire(judge.k_sweep_max, z.shape[1], judge.fixed_noise_sd)
+    pool_answers, fixed_answers, cot = [], [], []
+    for r in range(judge.n_rejudgings):
+        rng = np.random.default_rng([seed, REJUDGING_STREAM, r])
+        pool_answers.append(simulator.answer(z, world.pool, rng))
+        fixed_answers.append(simulator.answer(z, fixed_pool, rng))
+        cot.append(baselines.cot_drift_scores(z, world.weights, cfg.world.n_levels, judge, rng))
+    return Rejudgings(pool_answers, fixed_answers, np.stack(cot, axis=1).astype(np.float64))
 
-        return hub.evaluate(cfg, seed, Path(data_dir), Path(model_dir), device, progress)
-    result = SeedResult(seed)
-    world = load_world(data_dir, seed)
-    rubrics = load_rubrics(model_dir)
+
+def measure(cfg: EigRubricConfig, seed: int, passes: Rejudgings, rubrics: dict, human: np.ndarray,
+            result: SeedResult, progress: Progress = no_progress) -> SeedResult:
+    """Every judge's alignment and consistency at k, and the k sweep; shared by the simulated and the LLM
+    evaluator (hub.py)."""
     theta, prior, k = rubrics["theta"], rubrics["prior"], cfg.judge.k
-    human = world.levels[world.n_calibration:]
-    with result.stage("judge"):
-        passes = Rejudgings(cfg, world, seed)
 
-        def naive_bayes(idx: np.ndarray) -> np.ndarray:
-            return passes.naive_bayes(idx, theta, prior)
+    def naive_bayes(idx: np.ndarray) -> np.ndarray:
+        return passes.naive_bayes(idx, theta, prior)
 
+    with result.stage("measure"):
         main = {
             "eig": consistency_and_alignment(naive_bayes(np.asarray(rubrics["eig_indices"][:k])), human),
             "random": mean_over_draws(list(rubrics["random_indices"][:, :k]), naive_bayes, human),
@@ -94,3 +96,16 @@ def evaluate(cfg: EigRubricConfig, seed: int, data_dir: Path, model_dir: Path, d
     progress(1.0, f"Spearman EIG {main['eig']['spearman']:.3f} random {main['random']['spearman']:.3f} "
                   f"fixed {main['fixed']['spearman']:.3f} CoT {main['cot']['spearman']:.3f}")
     return result.add(metrics, n_evaluation_items=float(human.shape[0]), tables={"k_sweep": sweep})
+
+
+def evaluate(cfg: EigRubricConfig, seed: int, data_dir: Path, model_dir: Path, device: str = "cpu",
+             progress: Progress = no_progress) -> SeedResult:
+    if cfg.world is None:
+        from tasks.eig_rubric import hub
+
+        return hub.evaluate(cfg, seed, Path(data_dir), Path(model_dir), device, progress)
+    result = SeedResult(seed)
+    world = load_world(data_dir, seed)
+    with result.stage("judge"):
+        passes = simulated_rejudgings(cfg, world, seed)
+    return measure(cfg, seed, passes, load_rubrics(model_dir), world.levels[world.n_calibration:], result, progress)
