@@ -11,22 +11,29 @@ from tasks.eig_rubric.config import JudgeConfig
 from tasks.eig_rubric.simulator import QuestionPool, quantile_levels
 
 
-def cot_drift_scores(z: np.ndarray, weights: np.ndarray, n_levels: int, judge: JudgeConfig,
-                     rng: np.random.Generator) -> np.ndarray:
-    """One judging pass of the free-form (CoT) judge: for every item its implicit criteria drift, w_run = the human
-    weights on ``cot_relevant_picked`` random relevant dimensions (unit norm) + ``cot_irrelevant_weight`` times a
-    Dirichlet(1) split over the irrelevant ones; the score is the K-level quantile bin of w_run . z + noise."""
+def cot_drift_weights(weights: np.ndarray, n_items: int, judge: JudgeConfig, rng: np.random.Generator) -> np.ndarray:
+    """The implicit criteria of one free-form (CoT) judging per item, (n_items, D): the human weights on
+    ``cot_relevant_picked`` random relevant dimensions (rescaled to unit norm) plus ``cot_irrelevant_weight`` times
+    a Dirichlet(1) split over the irrelevant dimensions. Drawn afresh at every judging: this is the drift."""
     relevant = np.flatnonzero(weights > 0)
     irrelevant = np.flatnonzero(weights == 0)
-    n = z.shape[0]
-    keep = np.argsort(rng.random((n, relevant.shape[0])), axis=1)[:, : judge.cot_relevant_picked]
-    run_weights = np.zeros((n, weights.shape[0]))
-    rows = np.arange(n)[:, None]
+    keep = np.argsort(rng.random((n_items, relevant.shape[0])), axis=1)[:, : judge.cot_relevant_picked]
+    run_weights = np.zeros((n_items, weights.shape[0]))
+    rows = np.arange(n_items)[:, None]
     run_weights[rows, relevant[keep]] = weights[relevant[keep]]
     run_weights /= np.linalg.norm(run_weights, axis=1, keepdims=True)
     if irrelevant.size:
-        run_weights[:, irrelevant] = judge.cot_irrelevant_weight * rng.dirichlet(np.ones(irrelevant.size), size=n)
-    raw = np.sum(run_weights * z, axis=1) + judge.cot_noise_sd * rng.standard_normal(n)
+        run_weights[:, irrelevant] = judge.cot_irrelevant_weight * rng.dirichlet(np.ones(irrelevant.size),
+                                                                                 size=n_items)
+    return run_weights
+
+
+def cot_drift_scores(z: np.ndarray, weights: np.ndarray, n_levels: int, judge: JudgeConfig,
+                     rng: np.random.Generator) -> np.ndarray:
+    """One judging pass of the CoT judge: the K-level quantile bin of w_run . z + N(0, cot_noise_sd^2), with w_run
+    from ``cot_drift_weights``."""
+    run_weights = cot_drift_weights(weights, z.shape[0], judge, rng)
+    raw = np.sum(run_weights * z, axis=1) + judge.cot_noise_sd * rng.standard_normal(z.shape[0])
     return quantile_levels(raw, n_levels)
 
 

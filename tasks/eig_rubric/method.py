@@ -191,45 +191,55 @@ def likelihoods_from_evaluator(prob_yes: Callable[[int, int], float], n_question
 # --- consistency and alignment --------------------------------------------------------------------------
 
 
-def _squared_distances(values: np.ndarray, totals: np.ndarray, metric: AlphaMetric) -> np.ndarray:
-    """Krippendorff's metric differences delta^2(c, k) between the sorted distinct values.
+def _interval_alpha(values: np.ndarray) -> float:
+    """Interval alpha of complete (units, m) data in closed form: with delta^2 = (x - x')^2 the coincidence sums are
+    sum o delta^2 = sum_u 2 m / (m - 1) SS_u and sum n_c n_k delta^2 = 2 n SS, SS_u the squares about unit u's mean
+    and SS those about the grand mean, so alpha = 1 - (n - 1) m sum_u SS_u / ((m - 1) n SS)."""
+    m = values.shape[1]
+    n = values.size
+    within = float(np.sum((values - values.mean(axis=1, keepdims=True)) ** 2))
+    total = float(np.sum((values - values.mean()) ** 2))
+    if total == 0.0:
+        return float("nan")
+    return 1.0 - (n - 1) * m * within / ((m - 1) * n * total)
 
-    nominal: [c != k]; interval: (v_c - v_k)^2; ordinal: (sum_{g=c..k} n_g - (n_c + n_k) / 2)^2 with n_g the
-    number of pairable values equal to v_g (Krippendorff 2011, "Computing Krippendorff's alpha-reliability")."""
-    if metric == "nominal":
-        return 1.0 - np.eye(values.shape[0])
-    if metric == "interval":
-        return (values[:, None] - values[None, :]) ** 2
-    if metric == "ordinal":
-        cumulative = np.concatenate([[0.0], np.cumsum(totals)])
-        low = np.minimum.outer(np.arange(values.shape[0]), np.arange(values.shape[0]))
-        high = np.maximum.outer(np.arange(values.shape[0]), np.arange(values.shape[0]))
-        between = cumulative[high + 1] - cumulative[low]
-        return (between - (totals[:, None] + totals[None, :]) / 2.0) ** 2
-    raise ValueError(f"unknown alpha metric {metric!r}; use nominal, ordinal or interval")
+
+def _nominal_alpha(ratings: np.ndarray) -> float:
+    """Nominal alpha of complete data: sum o delta^2 = sum_u (m^2 - sum_c n_uc^2) / (m - 1) and
+    sum n_c n_k delta^2 = n^2 - sum_c n_c^2, with n_uc the count of value c in unit u."""
+    m = ratings.shape[1]
+    n = ratings.size
+    _, index = np.unique(ratings, return_inverse=True)
+    index = index.reshape(ratings.shape)
+    counts = np.zeros((ratings.shape[0], int(index.max()) + 1))
+    np.add.at(counts, (np.repeat(np.arange(ratings.shape[0]), m), index.ravel()), 1.0)
+    observed = float(np.sum(m * m - np.sum(counts**2, axis=1))) / (m - 1)
+    expected = float(n * n - np.sum(counts.sum(axis=0) ** 2))
+    if expected == 0.0:
+        return float("nan")
+    return 1.0 - (n - 1) * observed / expected
 
 
 def krippendorff_alpha(ratings: np.ndarray, metric: AlphaMetric = "ordinal") -> float:
-    """Krippendorff's alpha = 1 - D_o / D_e for complete data ``ratings`` (units, coders), coders >= 2.
+    """Krippendorff's alpha = 1 - D_o / D_e for complete data ``ratings`` (units, coders), coders >= 2
+    (Krippendorff 2011, "Computing Krippendorff's alpha-reliability"): with coincidences o[c, k] and value totals
+    n_c, alpha = 1 - (n - 1) sum o[c, k] delta^2(c, k) / sum n_c n_k delta^2(c, k).
 
-    Coincidences o[c, k] = sum_u (pairs (c, k) of distinct coders in unit u) / (m - 1); n_c = sum_k o[c, k];
-    alpha = 1 - (n - 1) sum o[c, k] delta^2(c, k) / sum n_c n_k delta^2(c, k). NaN when every value is equal."""
+    nominal: delta^2 = [c != k]; interval: (v_c - v_k)^2; ordinal: (sum_{g=c..k} n_g - (n_c + n_k) / 2)^2, which
+    equals (M_k - M_c)^2 with M_g = sum_{h<g} n_h + n_g / 2 the mid-rank of value g: ordinal alpha is interval
+    alpha on the average ranks of the pooled values. NaN when every value is equal."""
     ratings = np.asarray(ratings, dtype=np.float64)
     if ratings.ndim != 2 or ratings.shape[1] < 2 or ratings.shape[0] < 1:
         raise ValueError(f"ratings must be (units, coders >= 2), got shape {ratings.shape}")
     if np.any(~np.isfinite(ratings)):
         raise ValueError("ratings must be finite (complete data)")
-    values, index = np.unique(ratings, return_inverse=True)
-    index = index.reshape(ratings.shape)
-    counts = np.zeros((ratings.shape[0], values.shape[0]))
-    np.add.at(counts, (np.repeat(np.arange(ratings.shape[0]), ratings.shape[1]), index.ravel()), 1.0)
-    coincidences = (counts.T @ counts - np.diag(counts.sum(axis=0))) / (ratings.shape[1] - 1)
-    totals = coincidences.sum(axis=1)
-    delta = _squared_distances(values, totals, metric)
-    expected = float(totals @ delta @ totals)
-    if expected == 0.0:
-        return float("nan")
-    return 1.0 - (totals.sum() - 1.0) * float(np.sum(coincidences * delta)) / expected
+    if metric == "nominal":
+        return _nominal_alpha(ratings)
+    if metric == "interval":
+        return _interval_alpha(ratings)
+    if metric == "ordinal":
+        return _interval_alpha(rankdata(ratings.ravel()).reshape(ratings.shape))
+    raise ValueError(f"unknown alpha metric {metric!r}; use nominal, ordinal or interval")
 
 
 def icc_oneway(ratings: np.ndarray) -> float:

@@ -239,17 +239,23 @@ THREE_CODERS = {"interval": 0.8493150684931506, "ordinal": 0.8692901234567901, "
 
 
 def test_negative_control_alpha_with_unsquared_distances_is_caught(monkeypatch):
-    distances = method._squared_distances
-    monkeypatch.setattr(method, "_squared_distances", lambda v, t, m: distances(v, t, m) * (1 + (m == "ordinal")))
-    assert alphas_match()  # scaling delta^2 cancels in D_o / D_e: alpha is invariant, the control must not fire
-    monkeypatch.setattr(method, "_squared_distances", lambda v, t, m: np.sqrt(distances(v, t, m)))
-    assert not alphas_match()  # delta instead of delta^2 changes alpha
+    def absolute(values):
+        m, n = values.shape[1], values.size
+        within = float(np.sum(np.abs(values - values.mean(axis=1, keepdims=True))))
+        return 1.0 - (n - 1) * m * within / ((m - 1) * n * float(np.sum(np.abs(values - values.mean()))))
+
+    monkeypatch.setattr(method, "_interval_alpha", absolute)
+    assert not alphas_match()
 
 
 def test_negative_control_ordinal_as_interval_is_caught(monkeypatch):
-    distances = method._squared_distances
-    monkeypatch.setattr(method, "_squared_distances",
-                        lambda v, t, m: distances(v, t, "interval" if m == "ordinal" else m))
+    monkeypatch.setattr(method, "rankdata", lambda x: np.asarray(x, dtype=float))
+    assert not alphas_match()
+
+
+def test_negative_control_nominal_without_the_n_minus_one_factor_is_caught(monkeypatch):
+    nominal = method._nominal_alpha
+    monkeypatch.setattr(method, "_nominal_alpha", lambda r: 1 - (1 - nominal(r)) * r.size / (r.size - 1))
     assert not alphas_match()
 
 
