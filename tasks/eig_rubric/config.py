@@ -42,7 +42,8 @@ class WorldConfig(ProfileConfig):
 
 
 class JudgeConfig(ProfileConfig):
-    """Rubric size, the stopping threshold, re-judgings and the baselines' knobs."""
+    """Rubric size, the stopping threshold, re-judgings and the baselines' knobs. ``fixed_noise_sd`` and the
+    ``cot_*`` knobs shape the simulated baselines only; at the paper profile the LLM answers and reasons itself."""
 
     k: int = Field(ge=1, le=16, description="questions per rubric in the decisive comparison (equal k)")
     k_sweep_max: int = Field(ge=1, le=16, description="the figure sweeps k = 1..k_sweep_max")
@@ -76,6 +77,13 @@ class HubConfig(ProfileConfig):
     temperature: float = Field(ge=0, le=2, description="sampling temperature of every judging (R re-judgings)")
     max_new_tokens: int = Field(ge=1, le=8192)
     dtype: str = Field(default="bfloat16", pattern="^(float32|float16|bfloat16)$")
+
+    @model_validator(mode="after")
+    def _calibration_leaves_items(self) -> HubConfig:
+        if self.n_calibration > self.n_items - 20:
+            raise ValueError(f"n_calibration ({self.n_calibration}) must leave >= 20 evaluation items of "
+                             f"n_items ({self.n_items})")
+        return self
 
 
 class EigRubricConfig(PaperConfig):

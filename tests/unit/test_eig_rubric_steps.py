@@ -61,6 +61,13 @@ def test_config_validators_give_clear_errors(path, value, message):
         CONFIG.model_validate(raw)
 
 
+def test_hub_calibration_must_leave_evaluation_items():
+    raw = params_section(SLUG)["paper"]
+    raw["hub"]["n_calibration"] = raw["hub"]["n_items"] - 10
+    with pytest.raises(ValidationError, match="must leave >= 20 evaluation items"):
+        CONFIG.model_validate(raw)
+
+
 def test_world_and_hub_are_exclusive():
     section = params_section(SLUG)
     both = {**section["cpu"], "hub": section["paper"]["hub"]}
