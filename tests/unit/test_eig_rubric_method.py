@@ -287,3 +287,56 @@ def test_spearman_exact_values_and_control(monkeypatch):
 def test_entropy_ignores_zeros():
     assert method.entropy(np.array([0.5, 0.0, 0.5])) == pytest.approx(math.log(2), abs=1e-15)
     assert method.entropy(np.array([1.0, 0.0])) == 0.0
+
+
+# --- boundaries and numerical stability (each pins a mutant of method.py that the value tests above let pass) ---
+
+
+def test_a_prior_with_a_zero_level_is_accepted():
+    post = method.posterior(np.array([[1]]), np.array([[0.2, 0.6, 0.9]]), np.array([0.5, 0.5, 0.0]))
+    np.testing.assert_allclose(post, [[0.25, 0.75, 0.0]], atol=1e-15)
+
+
+def test_enumeration_limit_is_inclusive():
+    patterns = method.answer_patterns(method.MAX_ENUMERATED_QUESTIONS)
+    assert patterns.shape == (2**method.MAX_ENUMERATED_QUESTIONS, method.MAX_ENUMERATED_QUESTIONS)
+    assert method.answer_patterns(0).shape == (1, 0)
+
+
+def test_mismatched_answers_name_both_sizes():
+    with pytest.raises(ValueError, match=r"^answers have 2 questions, theta has 1$"):
+        method.log_likelihood(np.array([[1, 0]]), np.array([[0.2, 0.6]]))
+
+
+def test_posterior_is_stable_when_every_joint_probability_underflows():
+    # 800 yes answers with theta = (0.2, 0.8): log p(a | s) = 800 ln 0.2 = -1287.6 and 800 ln 0.8 = -178.5;
+    # exp of the first underflows to 0, so only the max-shifted computation gives the posterior (~0, 1).
+    theta = np.tile([[0.2, 0.8]], (800, 1))
+    post = method.posterior(np.ones((1, 800), dtype=int), theta, np.array([0.5, 0.5]))
+    assert np.all(np.isfinite(post))
+    np.testing.assert_allclose(post, [[0.0, 1.0]], atol=1e-300)
+    theta = np.tile([[0.01, 0.02]], (400, 1))  # both levels' log-likelihoods near -1600 (exp underflows)
+    post = method.posterior(np.ones((1, 400), dtype=int), theta, np.array([0.5, 0.5]))
+    # ratio of likelihoods 2^400: p(s = 0 | a) = 1 / (1 + 2^400), finite and tiny.
+    assert np.all(np.isfinite(post)) and post[0, 1] == pytest.approx(1.0, abs=1e-15)
+
+
+def test_alpha_of_one_unit_and_of_no_units():
+    # One unit (1, 2): SS_u = SS = 0.5, m = n = 2: alpha = 1 - 1 * 2 * 0.5 / (1 * 2 * 0.5) = 0.
+    assert method.krippendorff_alpha(np.array([[1.0, 2.0]]), "interval") == pytest.approx(0.0, abs=1e-15)
+    with pytest.raises(ValueError, match="units"):
+        method.krippendorff_alpha(np.empty((0, 2)))
+
+
+def test_icc_with_three_rejudgings_exact_and_one_item_refused():
+    # Items (1, 2, 3), (4, 4, 4): means 2 and 4 (grand 3); MSB = 3 * 2 / 1 = 6, MSW = 2 / (2 * 2) = 0.5;
+    # ICC = (6 - 0.5) / (6 + 2 * 0.5) = 5.5 / 7.
+    assert method.icc_oneway(np.array([[1.0, 2.0, 3.0], [4.0, 4.0, 4.0]])) == pytest.approx(5.5 / 7, abs=1e-12)
+    with pytest.raises(ValueError, match="items >= 2"):
+        method.icc_oneway(np.ones((1, 3)))
+
+
+def test_spearman_of_two_values():
+    assert method.spearman(np.array([1.0, 2.0]), np.array([5.0, 3.0])) == pytest.approx(-1.0, abs=1e-15)
+    with pytest.raises(ValueError, match=">= 2 values"):
+        method.spearman(np.array([1.0]), np.array([2.0]))
