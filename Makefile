@@ -5,7 +5,7 @@ BIN := $(abspath $(VENV))/bin
 export PATH := $(BIN):$(PATH)
 PREFECT_PORT ?= 4200
 
-.PHONY: install reproduce system-packages test test-all lint bench clean-outputs
+.PHONY: install reproduce system-packages test test-all lint bench mutation clean-outputs
 
 # (Re)install when pyproject.toml changes. torch==2.13.0 resolves to the CPU build on this
 # project's machines; on a GPU machine install the CUDA build of the same version first.
@@ -45,5 +45,13 @@ lint: install
 bench: install
 	python bench/run_all.py
 
+## Mutation testing of tasks/<slug>/method.py against tests/unit/test_<slug>_*.py (slow; not in `test`).
+## `make mutation SLUG=coda` one paper, `make mutation` every paper in params.yaml; RETRY=1 re-tests
+## only the last run's survivors; SAMPLE=N a seeded sample of N mutants; FUNCTIONS='f g*' only those
+## functions; MUTATION_JOBS=N mutants in parallel (default 2). See docs/testing.md.
+mutation:
+	@python -c "import mutmut" 2>/dev/null || { echo "mutmut missing: $(BIN)/pip install 'mutmut>=3.8,<4' (or make install)"; exit 1; }
+	python tools/mutation.py $(SLUG) $(if $(RETRY),--retry) $(if $(SAMPLE),--sample $(SAMPLE)) $(if $(FUNCTIONS),--functions $(FUNCTIONS))
+
 clean-outputs:
-	rm -rf data models reports/*/figures reports/*/plots mlflow.db mlartifacts .prefect
+	rm -rf data models reports/*/figures reports/*/plots mlflow.db mlartifacts .prefect .mutation

@@ -12,6 +12,7 @@ import tempfile
 from pathlib import Path
 
 import pytest
+import yaml
 
 REPO = Path(__file__).resolve().parents[1]
 SESSION_DIR = Path(tempfile.mkdtemp(prefix="repro-tests-"))
@@ -60,9 +61,13 @@ def prefect_server():
 
 
 def make_output_root(base: Path, params_text: str | None = None) -> Path:
-    """A project root for outputs: params.yaml (given or the real one) and a link to tasks/."""
+    """A project root for outputs: params.yaml (given, or the real one with ``profile: smoke``, the profile
+    tests run, so their outputs land in data/, models/, reports/ as a committed run's do) and a link to tasks/."""
     base.mkdir(parents=True, exist_ok=True)
-    (base / "params.yaml").write_text(params_text or (REPO / "params.yaml").read_text())
+    if params_text is None:
+        params = yaml.safe_load((REPO / "params.yaml").read_text())
+        params_text = (REPO / "params.yaml").read_text().replace(f"profile: {params['profile']}", "profile: smoke", 1)
+    (base / "params.yaml").write_text(params_text)
     (base / "tasks").symlink_to(REPO / "tasks", target_is_directory=True)
     return base
 

@@ -18,6 +18,24 @@ from typing import Any
 TMP_SUFFIX = ".partial"
 
 
+def _umask() -> int:
+    """The process umask: from /proc on Linux (no side effect); elsewhere by setting and restoring it, which
+    another thread could observe for an instant."""
+    with contextlib.suppress(OSError, ValueError):
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("Umask:"):
+                return int(line.split()[1], 8)
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+def _respect_umask(path: Path, mode: int) -> None:
+    """``mkstemp``/``mkdtemp`` create 0600/0700 whatever the umask; give outputs the permissions an ordinary
+    ``open``/``mkdir`` would, so a teammate or a web server can read the reports."""
+    os.chmod(path, mode & ~_umask())
+
+
 @contextlib.contextmanager
 def atomic_path(target: str | Path) -> Iterator[Path]:
     """Yield a temporary path next to ``target``; on success rename it onto ``target``."""
@@ -26,6 +44,7 @@ def atomic_path(target: str | Path) -> Iterator[Path]:
     fd, tmp_name = tempfile.mkstemp(prefix=f".{target.name}.", suffix=TMP_SUFFIX, dir=target.parent)
     os.close(fd)
     tmp = Path(tmp_name)
+    _respect_umask(tmp, 0o666)
     try:
         yield tmp
         with open(tmp, "rb") as handle:
@@ -59,6 +78,7 @@ def write_dir_with(directory: str | Path, writer: Callable[[Path], None]) -> Pat
     directory = Path(directory)
     directory.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{directory.name}.", suffix=TMP_SUFFIX, dir=directory.parent))
+    _respect_umask(tmp, 0o777)
     try:
         writer(tmp)
         if directory.exists():

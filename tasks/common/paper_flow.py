@@ -213,7 +213,7 @@ def run_paper(slug: str, profile: str | None, seeds: Sequence[int] | None, phase
     spec = resolve_run(slug, profile, seeds)
     configure(spec.profile)
     paper = load_paper(slug)
-    paths = paper_paths(slug)
+    paths = paper_paths(slug, spec.profile)
     # Temp files of a run killed mid-write (never a final output) are cleared before anything is written.
     for folder in (paths.data, paths.models, paths.reports):
         remove_partials(folder)

@@ -22,6 +22,8 @@ from tasks.common.env import PROFILES, repo_root
 
 TOP_LEVEL_KEYS = ("profile", "seeds", "papers")
 PAPER_SEEDS_KEY = "seeds"
+MAX_SEED = 2**32 - 1  # numpy's and torch's seeding take unsigned 32-bit seeds
+MIN_SEEDS = {"cpu": 3}  # the cpu profile's verdicts need an interval over at least three seeds
 
 
 class ParamsError(ValueError):
@@ -98,11 +100,19 @@ def validate_seeds(seeds: Any, key: str = "seeds") -> tuple[int, ...]:
     if not isinstance(seeds, list | tuple) or not seeds:
         raise ParamsError(f"{key}: must be a non-empty list of integers, got {seeds!r}")
     for i, seed in enumerate(seeds):
-        if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
-            raise ParamsError(f"{key}[{i}]: must be a non-negative integer, got {seed!r}")
+        if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed <= MAX_SEED:
+            raise ParamsError(f"{key}[{i}]: must be an integer in [0, {MAX_SEED}], got {seed!r}")
     if len(set(seeds)) != len(seeds):
         raise ParamsError(f"{key}: seeds must be distinct, got {list(seeds)}")
     return tuple(int(s) for s in seeds)
+
+
+def check_enough_seeds(profile: str, seeds: tuple[int, ...], key: str) -> None:
+    """A profile whose verdicts rest on intervals over seeds refuses fewer seeds than it needs."""
+    needed = MIN_SEEDS.get(profile, 1)
+    if len(seeds) < needed:
+        raise ParamsError(f"{key}: the {profile} profile needs at least {needed} seeds (an interval over seeds "
+                          f"decides its claims), got {list(seeds)}")
 
 
 def _format_validation_error(prefix: str, err: ValidationError) -> str:
@@ -129,11 +139,21 @@ def validate_paper_section(slug: str, section: Any) -> dict[str, ProfileConfig]:
     for profile in PROFILES:
         if profile not in section:
             raise ParamsError(f"{slug}.{profile}: missing profile section")
-        try:
-            configs[profile] = model.model_validate(section[profile] or {})
-        except ValidationError as err:
-            raise ParamsError(_format_validation_error(f"{slug}.{profile}", err)) from None
+        configs[profile] = validate_profile_section(model, f"{slug}.{profile}", section[profile])
     return configs
+
+
+def validate_profile_section(model: type[ProfileConfig], key: str, section: Any) -> ProfileConfig:
+    """One profile section, validated with JSON's strict types: ``true`` is no integer and ``"3"`` no number
+    (pydantic's lax Python mode would read them as 1 and 3), while YAML lists still fill tuple fields."""
+    try:
+        payload = json.dumps(section or {})
+    except (TypeError, ValueError) as err:
+        raise ParamsError(f"{key}: holds a value that is not plain YAML data ({err})") from None
+    try:
+        return model.model_validate_json(payload, strict=True)
+    except ValidationError as err:
+        raise ParamsError(_format_validation_error(key, err)) from None
 
 
 def paper_seeds(slug: str, section: dict[str, Any]) -> dict[str, tuple[int, ...]]:
@@ -148,7 +168,9 @@ def paper_seeds(slug: str, section: dict[str, Any]) -> dict[str, tuple[int, ...]
     for profile, seeds in raw.items():
         if profile not in PROFILES:
             raise ParamsError(f"{slug}.{PAPER_SEEDS_KEY}.{profile}: unknown profile (expected {'|'.join(PROFILES)})")
-        out[profile] = validate_seeds(seeds, key=f"{slug}.{PAPER_SEEDS_KEY}.{profile}")
+        key = f"{slug}.{PAPER_SEEDS_KEY}.{profile}"
+        out[profile] = validate_seeds(seeds, key=key)
+        check_enough_seeds(profile, out[profile], key)
     return out
 
 
@@ -164,8 +186,7 @@ def validate_params(params: dict[str, Any]) -> None:
     for key in params:
         if key not in TOP_LEVEL_KEYS and key not in known:
             raise ParamsError(f"{key}: unknown key (expected {', '.join(TOP_LEVEL_KEYS)} or a paper slug)")
-    validate_profile(params.get("profile"))
-    validate_seeds(params.get("seeds"))
+    check_enough_seeds(validate_profile(params.get("profile")), validate_seeds(params.get("seeds")), "seeds")
     for slug in papers:
         validate_paper_section(slug, params.get(slug))
 
@@ -194,6 +215,8 @@ def resolve_run(slug: str, profile: str | None = None, seeds: list[int] | tuple[
         chosen_seeds = own_seeds
     else:
         chosen_seeds = validate_seeds(params.get("seeds"), key="seeds")
+    check_enough_seeds(chosen_profile, chosen_seeds,
+                       "--seeds" if seeds is not None else f"{slug}.seeds.{chosen_profile}" if own_seeds else "seeds")
     config = configs[chosen_profile]
     return RunSpec(slug, chosen_profile, chosen_seeds, config,
                    hash_config(slug, chosen_profile, chosen_seeds, config))

@@ -73,7 +73,15 @@ def build_index(papers: list[str], reports_dir: Path | None = None) -> tuple[Pat
     for slug, rows in by_paper.items():
         profile = rows[0]["profile"] if rows else "not run"
         md.append(f"| [{slug}]({slug}/claims.md) | {profile} | " + " | ".join(_summary_cells(rows)) + " |")
-    md.append("| **all** | | " + " | ".join(_summary_cells(all_rows)) + " |")
+    # Counts are summed within a profile only: smoke and cpu verdicts are different experiments.
+    by_profile: dict[str, list[dict[str, Any]]] = {}
+    for row in all_rows:
+        by_profile.setdefault(row["profile"], []).append(row)
+    for profile, rows in sorted(by_profile.items()) or [("", [])]:
+        md.append(f"| **all** | {profile} | " + " | ".join(_summary_cells(rows)) + " |")
+    if len(by_profile) > 1:
+        md += ["", f"The papers were last run at different profiles ({', '.join(sorted(by_profile))}); each "
+                   "profile has its own total. `dvc repro` runs every paper at the profile of params.yaml."]
     md += ["", "## Every empirical and mechanism claim", "",
            claims_markdown(counted, with_paper=True) if counted else "(no runs yet)"]
     md_path = write_text(reports_dir / "index.md", "\n".join(md) + "\n")

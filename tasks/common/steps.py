@@ -19,7 +19,7 @@ from tasks.common.claims import claims_markdown, evaluate_claims, load_claims, w
 from tasks.common.devices import describe_device
 from tasks.common.env import repo_root
 from tasks.common.io import write_json
-from tasks.common.params import RunSpec
+from tasks.common.params import ParamsError, RunSpec, read_params
 
 CURVE_PREFIX = "curve/"
 
@@ -39,9 +39,29 @@ class PaperPaths:
         return self.reports / "plots"
 
 
-def paper_paths(slug: str, root: Path | None = None) -> PaperPaths:
+OTHER_PROFILES_DIR = "runs"
+
+
+def committed_profile(root: Path) -> str | None:
+    """The profile of ``params.yaml`` (``profile:``): the one whose results live in data/, models/, reports/
+    and are committed; None when the file cannot be read (the run's own validation reports why)."""
+    try:
+        return read_params(root / "params.yaml").get("profile")
+    except ParamsError:
+        return None
+
+
+def paper_paths(slug: str, profile: str | None = None, root: Path | None = None) -> PaperPaths:
+    """Where one paper's data, checkpoints and reports live.
+
+    At the committed profile (``params.yaml``'s ``profile``, what ``dvc repro`` runs) they are
+    ``data/<slug>``, ``models/<slug>`` and ``reports/<slug>``. A run at another profile
+    (``repro run <slug> --profile smoke``) writes under ``runs/<profile>/`` instead, so it never overwrites
+    the committed results nor the checkpoints DVC tracks, and the report never mixes profiles.
+    """
     root = root or repo_root()
-    return PaperPaths(root / "data" / slug, root / "models" / slug, root / "reports" / slug)
+    base = root if profile is None or profile == committed_profile(root) else root / OTHER_PROFILES_DIR / profile
+    return PaperPaths(base / "data" / slug, base / "models" / slug, base / "reports" / slug)
 
 
 def current_flow_run_id() -> str | None:
@@ -127,7 +147,8 @@ def publish_claims(spec: RunSpec, parent_run_id: str, results: Sequence[Mapping[
     counts: dict[str, int] = {}
     for row in rows:
         counts[row["verdict"]] = counts.get(row["verdict"], 0) + 1
-    tracking.set_tags(parent_run_id, {f"verdicts.{k}": str(v) for k, v in counts.items()})
+    # MLflow shows tag keys verbatim; "verdicts.not testable at this profile" is awkward to filter on.
+    tracking.set_tags(parent_run_id, {f"verdicts.{k.replace(' ', '_')}": str(v) for k, v in counts.items()})
     create_table_artifact(
         key=f"{spec.slug.replace('_', '-')}-claims",
         table=[{k: (json.dumps(v) if isinstance(v, dict | list) else v) for k, v in row.items()

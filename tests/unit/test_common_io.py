@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import os
+import stat
+
 import pytest
 
+from tasks.common import io
 from tasks.common.io import atomic_path, read_json, write_json
 from tasks.common.provenance import hash_files
 
@@ -87,3 +91,16 @@ def test_remove_partials_clears_only_temp_siblings(tmp_path):
     assert sorted(removed) == sorted([stale_file, stale_dir])
     assert all(p.exists() for p in keep) and not stale_file.exists() and not stale_dir.exists()
     assert remove_partials(tmp_path / "missing") == []
+
+
+@pytest.mark.parametrize("umask", [0o022, 0o077])
+def test_outputs_respect_the_umask(tmp_path, umask):
+    """mkstemp alone gives 0600: a teammate or a web server could not read the reports (issue 21)."""
+    previous = os.umask(umask)
+    try:
+        file = io.write_text(tmp_path / "claims.md", "x")
+        folder = io.write_dir_with(tmp_path / "model", lambda d: (d / "w.bin").write_bytes(b"0"))
+    finally:
+        os.umask(previous)
+    assert stat.S_IMODE(file.stat().st_mode) == 0o666 & ~umask
+    assert stat.S_IMODE(folder.stat().st_mode) == 0o777 & ~umask

@@ -42,6 +42,18 @@ def test_resolve_overrides_and_hash(output_root):
         (lambda p: p["arm_ebm"].update(seeds={"cpu": [0, 0]}), r"arm_ebm\.seeds\.cpu: seeds must be distinct"),
         (lambda p: p["arm_ebm"].update(seeds={"gpu": [0]}), r"arm_ebm\.seeds\.gpu: unknown profile"),
         (lambda p: p["arm_ebm"].update(seeds=[0, 1]), r"arm_ebm\.seeds: must map a profile"),
+        # JSON's strict types: a YAML boolean or a quoted number is no integer (lax pydantic read them as 1, 3)
+        (lambda p: p["arm_ebm"]["cpu"]["gpt2"].update(steps=True), r"arm_ebm\.cpu\.gpt2\.steps: .*integer.*True"),
+        (lambda p: p["arm_ebm"]["cpu"]["toy"].update(horizon="3"), r"arm_ebm\.cpu\.toy\.horizon: .*integer"),
+        (lambda p: p["arm_ebm"]["cpu"]["gpt2"].update(lr="1e-3"), r"arm_ebm\.cpu\.gpt2\.lr: .*number"),
+        (lambda p: p.update(seeds=[0, 2**64]), r"seeds\[1\]: must be an integer in \[0, 4294967295\]"),
+        (lambda p: p["arm_ebm"].update(seeds={"cpu": [0, 1]}),
+         r"arm_ebm\.seeds\.cpu: the cpu profile needs at least 3"),
+        (lambda p: p.update(seeds=[0]), r"seeds: the cpu profile needs at least 3 seeds"),
+        # a paper slug is a folder name of tasks/: a path in `papers` never reaches DVC or the file system
+        (lambda p: p.update(papers=["arm_ebm", ".."]), r"papers\[1\]: unknown paper '\.\.'"),
+        (lambda p: p.update(papers=["../x"]), r"papers\[0\]: unknown paper '\.\./x'"),
+        (lambda p: p.update(papers=["../../x"]), r"papers\[0\]: unknown paper '\.\./\.\./x'"),
     ],
 )
 def test_bad_params_name_the_key(output_root, mutate, message):
@@ -55,8 +67,12 @@ def test_bad_params_name_the_key(output_root, mutate, message):
 def test_cli_overrides_are_validated(output_root):
     with pytest.raises(ParamsError, match=r"--profile: must be one of"):
         resolve_run("arm_ebm", "gpu")
-    with pytest.raises(ParamsError, match=r"--seeds\[0\]: must be a non-negative integer"):
+    with pytest.raises(ParamsError, match=r"--seeds\[0\]: must be an integer in \[0, "):
         resolve_run("arm_ebm", "smoke", [-1])
+    with pytest.raises(ParamsError, match=r"--seeds\[0\]: must be an integer in \[0, "):
+        resolve_run("arm_ebm", "smoke", [99999999999999999999])
+    with pytest.raises(ParamsError, match=r"--seeds: the cpu profile needs at least 3 seeds"):
+        resolve_run("arm_ebm", "cpu", [0])
     with pytest.raises(ParamsError, match=r"paper: unknown paper 'nosuch'"):
         resolve_run("nosuch")
 
