@@ -1,6 +1,7 @@
 """Baselines of the decisive comparison **[reconstructed]**: the drifting chain-of-thought judge, the fixed generic
-questionnaire, random-k rubrics under the same naive-Bayes scorer, and EIG selection on shuffled likelihoods (the
-negative control of the EIG-vs-random comparison)."""
+questionnaire, random-k rubrics under the same naive-Bayes scorer, and two label-informed rankings that ignore the
+conditioning of greedy EIG (top-k by marginal EIG, top-k by calibration correlation). ``shuffled_likelihood_selection``
+is kept to pin down, in a unit test, why it is no negative control: it draws a uniform random k-subset."""
 
 from __future__ import annotations
 
@@ -56,8 +57,25 @@ def random_rubrics(n_questions: int, k: int, n_draws: int, rng: np.random.Genera
 
 def shuffled_likelihood_selection(theta: np.ndarray, prior: np.ndarray, k: int, rng: np.random.Generator
                                   ) -> tuple[int, ...]:
-    """Greedy EIG selection run on likelihood rows permuted across questions: question i is chosen for the
-    informativeness of another question's row. Scoring still uses each chosen question's own fitted row, so any
-    gain over random-k here would come from the pipeline, not from EIG."""
+    """Greedy EIG selection run on likelihood rows permuted across questions (position i holds row perm[i]).
+    It returns the positions P of the greedy set T, i.e. P = perm^{-1}(T): for a uniform permutation that is a
+    uniform random k-subset whatever theta is, so it has random-k's distribution by construction and cannot serve
+    as a negative control of EIG-vs-random (claim C4n, an identity). Not used by the pipeline."""
     permutation = rng.permutation(theta.shape[0])
     return method.greedy_eig_selection(theta[permutation], prior, k).indices
+
+
+def marginal_eig_top_k(theta: np.ndarray, prior: np.ndarray, k: int) -> tuple[int, ...]:
+    """The k questions of largest marginal EIG I(S; A_j) (ties to the lowest index): greedy EIG without the
+    conditioning on the questions already chosen, so it keeps near-duplicates."""
+    gains = np.array([method.expected_information_gain(row, np.empty((0, theta.shape[1])), prior) for row in theta])
+    return tuple(int(j) for j in np.argsort(-gains, kind="stable")[:k])
+
+
+def correlation_top_k(answers: np.ndarray, levels: np.ndarray, k: int) -> tuple[int, ...]:
+    """The k questions whose calibration answers have the largest |Spearman| with the human level (a question
+    answered identically on every item counts 0; ties to the lowest index)."""
+    answers = np.asarray(answers)
+    strength = np.array([abs(method.spearman(answers[:, j], levels)) if np.ptp(answers[:, j]) > 0 else 0.0
+                         for j in range(answers.shape[1])])
+    return tuple(int(j) for j in np.argsort(-strength, kind="stable")[:k])

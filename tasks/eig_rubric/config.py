@@ -50,7 +50,6 @@ class JudgeConfig(ProfileConfig):
     epsilon: float = Field(ge=0, le=1, description="stop when the best conditional EIG (nats) is below it")
     n_rejudgings: int = Field(ge=2, le=100, description="R re-judgings of each item (test-retest)")
     n_random_draws: int = Field(ge=1, le=1000, description="random-k rubrics averaged per seed")
-    n_control_draws: int = Field(ge=1, le=1000, description="shuffled-likelihood selections averaged per seed")
     fixed_noise_sd: float = Field(gt=0, le=10, description="answer noise of the fixed questionnaire's questions")
     cot_noise_sd: float = Field(ge=0, le=10, description="noise of the chain-of-thought judge's raw score")
     cot_relevant_picked: int = Field(ge=1, description="relevant dimensions a CoT judging attends to")

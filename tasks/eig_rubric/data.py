@@ -14,9 +14,12 @@ from tasks.eig_rubric import simulator
 from tasks.eig_rubric.config import EigRubricConfig, WorldConfig
 from tasks.eig_rubric.simulator import QuestionPool
 
-WORLD_STREAM = 0  # numpy SeedSequence stream ids per seed: the world, calibration answers, re-judgings
+WORLD_STREAM = 0  # numpy SeedSequence stream ids per seed: the world, calibration answers, re-judgings, ...
 CALIBRATION_STREAM = 1
 REJUDGING_STREAM = 2
+COT_SWEEP_STREAM = 3  # the CoT judge at other drift settings (evaluate.py), apart from the decisive passes
+FIXED_CALIBRATION_STREAM = 4  # the fixed questionnaire's calibration answers (its naive-Bayes likelihoods)
+RELEVANT_POOL_STREAM = 5  # random-k rubrics drawn from the relevant-dimension questions only
 
 
 @dataclass(frozen=True)

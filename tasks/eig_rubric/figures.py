@@ -13,8 +13,10 @@ from tasks.common.results import SeedResult
 from tasks.eig_rubric.config import EigRubricConfig
 from tasks.eig_rubric.evaluate import JUDGES, SWEPT_JUDGES
 
-LABELS = {"eig": "EIG-k", "random": "random-k", "control": "EIG on shuffled theta", "fixed": "fixed questionnaire",
-          "cot": "CoT (drifting)", "full_pool": "full pool"}
+LABELS = {"eig": "EIG-k", "random": "random-k", "marginal": "top-k marginal EIG", "correlation": "top-k |corr|",
+          "fixed": "fixed (yes count)", "fixed_nb": "fixed (naive Bayes)", "cot": "CoT (drifting)",
+          "cot_nodrift": "CoT (no drift)", "full_pool": "whole pool", "eig_relevant_pool": "EIG-k, relevant pool",
+          "random_relevant_pool": "random-k, relevant pool", "full_relevant_pool": "whole relevant pool"}
 
 
 def spearman_by_k_rows(results: list[SeedResult]) -> list[dict]:
@@ -25,7 +27,11 @@ def spearman_by_k_rows(results: list[SeedResult]) -> list[dict]:
 def consistency_rows(results: list[SeedResult]) -> list[dict]:
     return [{"seed": r.seed, "judge": judge, "alpha_ordinal": r.metrics[f"alpha_ordinal_{judge}"],
              "icc": r.metrics[f"icc_{judge}"], "spearman": r.metrics[f"spearman_{judge}"]}
-            for r in results for judge in JUDGES]
+            for r in results for judge in JUDGES if f"spearman_{judge}" in r.metrics]
+
+
+def cot_sweep_rows(results: list[SeedResult]) -> list[dict]:
+    return [{"seed": r.seed, **row} for r in results for row in r.tables.get("cot_sweep", [])]
 
 
 def make_figures(cfg: EigRubricConfig, results: list[SeedResult], figures_dir: Path, plots_dir: Path) -> list[Path]:
@@ -52,12 +58,32 @@ def make_figures(cfg: EigRubricConfig, results: list[SeedResult], figures_dir: P
     fig, axes = new_figure(ncols=2)
     for ax, metric, title in ((axes[0, 0], "alpha_ordinal", "Krippendorff alpha (ordinal)"),
                               (axes[0, 1], "icc", "ICC(1,1)")):
-        for x, judge in enumerate(JUDGES):
+        judges = [j for j in JUDGES if any(row["judge"] == j for row in rows)]
+        for x, judge in enumerate(judges):
             values = [row[metric] for row in rows if row["judge"] == judge]
             ax.bar(x, np.mean(values), color=PALETTE[x % len(PALETTE)], alpha=0.6)
             ax.scatter(np.full(len(values), x), values, color="black", s=8, zorder=3)
-        ax.set_xticks(range(len(JUDGES)), [LABELS[j] for j in JUDGES], rotation=35, ha="right")
+        ax.set_xticks(range(len(judges)), [LABELS[j] for j in judges], rotation=45, ha="right", fontsize=7)
         ax.set(ylabel=title, title=f"test-retest, R = {cfg.judge.n_rejudgings}, k = {cfg.judge.k} (dots: seeds)")
     paths += [save_figure(fig, Path(figures_dir) / "consistency_by_judge.png"),
               write_plot_csv(rows, Path(plots_dir) / "consistency_by_judge.csv")]
+
+    grid = cot_sweep_rows(results)
+    if grid:
+        fig, axes = new_figure(ncols=2)
+        eig = {"spearman": np.mean([r.metrics["spearman_eig"] for r in results]),
+               "alpha_ordinal": np.mean([r.metrics["alpha_ordinal_eig"] for r in results])}
+        weights = sorted({row["cot_irrelevant_weight"] for row in grid})
+        for ax, metric in ((axes[0, 0], "spearman"), (axes[0, 1], "alpha_ordinal")):
+            for colour, weight in zip(PALETTE, weights, strict=False):
+                picked = sorted({row["cot_relevant_picked"] for row in grid})
+                mean = [np.mean([row[metric] for row in grid if row["cot_relevant_picked"] == p
+                                 and row["cot_irrelevant_weight"] == weight]) for p in picked]
+                ax.plot(picked, mean, marker="o", color=colour, label=f"irrelevant weight {weight:g}")
+            ax.axhline(eig[metric], color="black", linestyle="--", label=f"EIG-{cfg.judge.k}")
+            ax.set(xlabel="relevant dimensions a CoT judging attends to", ylabel=metric,
+                   title=f"CoT judge over its drift grid (mean of {len(results)} seeds)")
+            ax.legend(fontsize=7)
+        paths += [save_figure(fig, Path(figures_dir) / "cot_drift_sweep.png"),
+                  write_plot_csv(grid, Path(plots_dir) / "cot_drift_sweep.csv")]
     return paths

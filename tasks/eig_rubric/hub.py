@@ -137,7 +137,8 @@ def train(cfg: EigRubricConfig, seed: int, data_dir: Path, model_dir: Path, devi
         rng = np.random.default_rng([seed, CALIBRATION_STREAM])
         p_yes = llm_rubric.yes_probabilities(policy, calibration["text"].to_list(), questions)
         levels = calibration["level"].to_numpy().astype(np.int64)
-        theta = method.laplace_likelihoods(sample_answers(p_yes, hub.temperature, rng), levels, N_LEVELS)
+        calibration_answers = sample_answers(p_yes, hub.temperature, rng)
+        theta = method.laplace_likelihoods(calibration_answers, levels, N_LEVELS)
         prior = method.level_prior(levels, N_LEVELS)
         theta_label_free = method.likelihoods_from_evaluator(
             lambda j, s: llm_rubric.hypothetical_yes_probability(policy, questions[j], s, N_LEVELS),
@@ -145,7 +146,10 @@ def train(cfg: EigRubricConfig, seed: int, data_dir: Path, model_dir: Path, devi
     with result.stage("select"):
         judge = cfg.judge.model_copy(update={"k": min(cfg.judge.k, len(questions)),
                                              "k_sweep_max": min(cfg.judge.k_sweep_max, len(questions))})
-        rubrics = freeze_rubrics(theta, prior, judge, rng)
+        p_fixed = llm_rubric.yes_probabilities(policy, calibration["text"].to_list(),
+                                               GENERIC_QUESTIONS[: judge.k_sweep_max])
+        theta_fixed = method.laplace_likelihoods(sample_answers(p_fixed, hub.temperature, rng), levels, N_LEVELS)
+        rubrics = freeze_rubrics(theta, prior, judge, rng, calibration_answers, levels, theta_fixed)
         # Variant B uses no label at all: the model's own likelihoods and a uniform prior.
         label_free = method.greedy_eig_selection(theta_label_free, np.full(N_LEVELS, 1.0 / N_LEVELS), judge.k)
     rubrics["label_free_indices"] = list(label_free.indices)

@@ -64,12 +64,21 @@ def quantile_levels(raw: np.ndarray, n_levels: int) -> np.ndarray:
     return (ranks * n_levels) // raw.shape[0]
 
 
+def calibrated_levels(raw: np.ndarray, n_calibration: int, n_levels: int) -> np.ndarray:
+    """K levels of every item from cut-points fitted on the calibration items [0, n_calibration) only: the
+    (g / K)-quantiles g = 1..K-1 of their raw scores (linear interpolation); level = number of cut-points <= raw.
+    The calibration items fall in K equal bins; the evaluation items' raw scores never move a cut-point."""
+    raw = np.asarray(raw, dtype=np.float64)
+    cuts = np.quantile(raw[:n_calibration], np.arange(1, n_levels) / n_levels)
+    return np.searchsorted(cuts, raw, side="right").astype(np.int64)
+
+
 def make_items(world: WorldConfig, weights: np.ndarray, rng: np.random.Generator
                ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """z (n, D), the human raw score w_h . z + noise, and its K-level quantile bin."""
+    """z (n, D), the human raw score w_h . z + noise, and its K levels (cut-points from the calibration items)."""
     z = rng.standard_normal((world.n_items, world.n_dims))
     raw = z @ weights + world.human_noise_sd * rng.standard_normal(world.n_items)
-    return z, raw, quantile_levels(raw, world.n_levels)
+    return z, raw, calibrated_levels(raw, world.n_calibration, world.n_levels)
 
 
 def answer(z: np.ndarray, pool: QuestionPool, rng: np.random.Generator) -> np.ndarray:
