@@ -209,14 +209,13 @@ def _nominal_alpha(ratings: np.ndarray) -> float:
     sum n_c n_k delta^2 = n^2 - sum_c n_c^2, with n_uc the count of value c in unit u."""
     m = ratings.shape[1]
     n = ratings.size
-    _, index = np.unique(ratings, return_inverse=True)
-    index = index.reshape(ratings.shape)
-    counts = np.zeros((ratings.shape[0], int(index.max()) + 1))
+    values, index = np.unique(ratings, return_inverse=True)
+    if values.size < 2:  # one value only: n^2 - sum n_c^2 = 0, alpha undefined
+        return np.nan
+    counts = np.zeros((ratings.shape[0], values.size))
     np.add.at(counts, (np.repeat(np.arange(ratings.shape[0]), m), index.ravel()), 1.0)
     observed = float(np.sum(m * m - np.sum(counts**2, axis=1))) / (m - 1)
     expected = float(n * n - np.sum(counts.sum(axis=0) ** 2))
-    if expected == 0.0:
-        return float("nan")
     return 1.0 - (n - 1) * observed / expected
 
 

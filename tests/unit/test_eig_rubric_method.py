@@ -226,6 +226,12 @@ def test_krippendorff_alpha_exact_values():
     assert method.krippendorff_alpha(three, "ordinal") == pytest.approx(THREE_CODERS["ordinal"], abs=1e-12)
     assert method.krippendorff_alpha(three, "nominal") == pytest.approx(THREE_CODERS["nominal"], abs=1e-12)
     assert math.isnan(method.krippendorff_alpha(np.ones((3, 2)), "interval"))
+    assert math.isnan(method.krippendorff_alpha(np.ones((3, 2)), "nominal"))
+    assert math.isnan(method.krippendorff_alpha(np.full((3, 2), 2.0), "ordinal"))
+    # Two values, nominal: perfect agreement gives 1; [[1, 2], [1, 2]]: sum o delta^2 = 2 * (4 - 2) / 1 = 4,
+    # n^2 - sum n_c^2 = 16 - 8 = 8, so 1 - 3 * 4 / 8 = -0.5.
+    assert method.krippendorff_alpha(np.array([[1.0, 1.0], [2.0, 2.0]]), "nominal") == 1.0
+    assert method.krippendorff_alpha(np.array([[1.0, 2.0], [1.0, 2.0]]), "nominal") == pytest.approx(-0.5, abs=1e-12)
     assert method.krippendorff_alpha(np.array([[1.0, 1.0], [2.0, 2.0]]), "ordinal") == 1.0
     with pytest.raises(ValueError, match="coders >= 2"):
         method.krippendorff_alpha(np.ones((3, 1)))
