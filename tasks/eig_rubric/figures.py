@@ -1,6 +1,7 @@
 """Figures of eig_rubric: (1) alignment (Spearman with the human score) against rubric size k for EIG-k, random-k
-and the fixed questionnaire, the CoT judge and the full pool as references; (2) test-retest consistency
-(Krippendorff's alpha, ordinal, and ICC) per judge at the decisive k, one dot per seed."""
+and the fixed questionnaire (yes count and naive Bayes), the CoT judge and the whole pool as references;
+(2) test-retest consistency (Krippendorff's alpha, ordinal, and ICC) per judge at the decisive k, one dot per seed;
+(3) the CoT judge's Spearman and alpha over its drift grid against EIG-k (where C3b and C2 flip)."""
 
 from __future__ import annotations
 
@@ -44,7 +45,7 @@ def make_figures(cfg: EigRubricConfig, results: list[SeedResult], figures_dir: P
         mean = np.array([np.mean(v) for v in per_k])
         ax.plot(ks, mean, marker="o", color=colour, label=LABELS[judge])
         ax.fill_between(ks, [min(v) for v in per_k], [max(v) for v in per_k], color=colour, alpha=0.15)
-    for colour, judge in ((PALETTE[3], "cot"), (PALETTE[4], "full_pool")):
+    for colour, judge in ((PALETTE[4], "cot"), (PALETTE[5], "full_pool")):
         ax.axhline(np.mean([r.metrics[f"spearman_{judge}"] for r in results]), color=colour, linestyle="--",
                    label=LABELS[judge])
     ax.axvline(cfg.judge.k, color="grey", linewidth=0.8)
