@@ -61,6 +61,19 @@ class RunError(RuntimeError):
     prints its message as one line and the next step, with no traceback."""
 
 
+def check_parquet_files(slug: str, data_dir: Path) -> None:
+    """Every parquet file of the data phase has a readable footer (a cheap read of its metadata), so a
+    truncated file is named before any seed trains on it, not in a traceback from inside a seed."""
+    import pyarrow.parquet as pq
+
+    for path in sorted(data_dir.rglob("*.parquet")):
+        try:
+            pq.read_metadata(path)
+        except (OSError, ValueError) as err:
+            raise RunError(f"{path}: not a readable parquet file ({err}); regenerate the data: "
+                           f"python -m flows.stage {slug} --phase data") from None
+
+
 def check_writable(folders: Sequence[Path]) -> None:
     """Create each output folder and a file in it before any compute, so that a read-only or blocked
     ``reports/`` fails in a second, not after the seeds have trained (as root, ``os.access`` says yes to
@@ -277,7 +290,8 @@ def run_paper(slug: str, profile: str | None, seeds: Sequence[int] | None, phase
         return {"phase": "data", "data": str(paths.data)}
     if not paths.data.is_dir():
         raise RunError(f"{slug}: no data under {paths.data}: run the data phase first "
-                           f"(python -m flows.stage {slug} --phase data)")
+                       f"(python -m flows.stage {slug} --phase data)")
+    check_parquet_files(slug, paths.data)
     device = pick_device(spec.config.device)
     import torch
 
