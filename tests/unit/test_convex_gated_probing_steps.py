@@ -196,3 +196,23 @@ def test_bad_params_name_the_key(path, value, message):
     raw["cpu"][path[0]][path[1]] = value
     with pytest.raises(ParamsError, match=message):
         validate_paper_section("convex_gated_probing", raw)
+
+
+def test_encoder_standardises_its_input_with_dataset_statistics():
+    """tokens(spec) embeds (spec - mean) / std with the statistics set from the pretraining clips; they travel in
+    the state dict, so the fine-tuned model and the evaluation read the same standardisation."""
+    torch.manual_seed(0)
+    vit = AudioViT(16, 8, 4, 16, 2, 2, True)
+    spec = 0.5 + 0.1 * torch.randn(5, 16, 8)
+    vit.set_input_statistics(spec)
+    assert float(vit.input_mean) == pytest.approx(float(spec.mean())) and float(vit.input_std) == pytest.approx(
+        float(spec.std()))
+    standardised = (spec - spec.mean()) / spec.std()
+    assert torch.allclose(vit.tokens(spec), vit.embed(patchify(standardised, 4)) + vit.pos, atol=1e-5)
+    copy = AudioViT(16, 8, 4, 16, 2, 2, True)
+    copy.load_state_dict(vit.state_dict())
+    assert torch.equal(copy.input_mean, vit.input_mean) and torch.equal(copy.input_std, vit.input_std)
+    # negative control: without the statistics the embedding reads the raw spectrogram and differs
+    raw = AudioViT(16, 8, 4, 16, 2, 2, True)
+    raw.load_state_dict({k: v for k, v in vit.state_dict().items() if not k.startswith("input_")}, strict=False)
+    assert not torch.allclose(raw.tokens(spec), vit.tokens(spec), atol=1e-3)
