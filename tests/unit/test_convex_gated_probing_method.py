@@ -336,6 +336,18 @@ def test_chance_map_and_prior_entropy_exact():
     assert float(bce) == pytest.approx(method.prior_entropy(labels), rel=1e-5)
 
 
+def test_prior_entropy_of_a_class_in_every_clip_is_zero():
+    """A class present in every clip has prevalence 1 and entropy 0 (clipped below 1, not nan)."""
+    labels = np.array([[1, 0], [1, 1]])
+    assert method.prior_entropy(labels) == pytest.approx(math.log(2) / 2)
+
+
+def test_linear_probe_keeps_the_feature_dtype():
+    x, y = probe_problem()
+    weight, bias = method.fit_linear_probe(x.double(), y.double(), 1e-2, max_iter=5)
+    assert weight.dtype == torch.float64 and bias.dtype == torch.float64
+
+
 def test_gap_closure_exact():
     assert method.gap_closure(probe=37.70, linear=26.15, finetune=41.59) == pytest.approx(11.55 / 15.44)
 
