@@ -23,5 +23,9 @@ def claim_metrics(cfg: ConvexGatedProbingConfig, result: SeedResult) -> dict[str
         "middle_layer_lp_gain": m["best_middle_lp_map"] - m["lp_map"],
         "planted_margin": m["planted_cgp_map"] - m["planted_lp_map"],
         "planted_frozen_gate_margin": m["planted_frozen_gate_map"] - m["planted_lp_map"],
-        "planted_argmax_miss": abs(m["planted_argmax_layer"] - cfg.planted.planted_layer),
+        "planted_pass_rate": m["planted_passed_count"] / m["planted_trials"],
+        "ft_loss_below_prior": m["prior_entropy"] - m["ft_train_loss"],
+        "ft_above_chance": m["finetune_map"] - m["chance_map"],
+        "lcgp_above_chance": m["lcgp_map"] - m["chance_map"],
+        "max_feature_cosine_to_mean": max(m["max_cls_cosine_to_mean"], m["max_patch_cosine_to_mean"]),
     }

@@ -90,6 +90,7 @@ class PlantedConfig(ProfileConfig):
     n_prototypes: int = Field(ge=2, le=10_000, strict=True)
     steps: int = Field(ge=1, le=100_000, strict=True)
     lr: float = Field(gt=0, le=1)
+    n_seeds: int = Field(ge=1, le=100, strict=True)  # independent planted problems per run seed (binomial trials)
 
     @model_validator(mode="after")
     def _layer_in_range(self) -> PlantedConfig:

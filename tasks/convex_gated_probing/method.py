@@ -30,6 +30,9 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
+# LayerNorm epsilon of the official LinearCGP head (models/heads.py).
+LCGP_NORM_EPS = 1e-6
+
 # --------------------------------------------------------------------------------------------- CGP head
 
 
@@ -41,6 +44,13 @@ def layer_gate(gate_logits: torch.Tensor) -> torch.Tensor:
 def l2_normalise(x: torch.Tensor, eps: float = 1e-12) -> torch.Tensor:
     """x / max(||x||, eps) along the last dimension (step 1; F.normalize's convention)."""
     return x / x.norm(dim=-1, keepdim=True).clamp_min(eps)
+
+
+def cosine_to_mean(tokens: torch.Tensor) -> float:
+    """Mean cosine of the rows of ``tokens`` (..., D) to their mean direction: (1/M) sum_i <x_i/||x_i||, m/||m||>,
+    m = (1/M) sum_i x_i/||x_i||. 1 when every row points the same way (collapsed features); ~0 for isotropic rows."""
+    rows = l2_normalise(tokens.reshape(-1, tokens.shape[-1]))
+    return float((rows @ l2_normalise(rows.mean(dim=0))).mean())
 
 
 def mix_layers(tokens: torch.Tensor, alpha: torch.Tensor) -> torch.Tensor:
@@ -83,11 +93,14 @@ class CGPHead(nn.Module):
 
 
 class LCGPHead(nn.Module):
-    """LCGP baseline (official code): the same softmax layer gate over L2-normalised cls tokens, then Linear."""
+    """LCGP baseline as the official ``LinearCGP`` (models/heads.py; ``head_norm: true`` in esc50_lcgp_config.yaml):
+    the softmax layer gate mixes the RAW cls tokens (no L2 normalisation), then LayerNorm(eps=1e-6), Dropout,
+    Linear(D -> C). Without cls tokens the raw mean patch token of each layer is mixed instead."""
 
     def __init__(self, n_layers: int, dim: int, n_classes: int, dropout: float = 0.2):
         super().__init__()
         self.gate_logits = nn.Parameter(torch.ones(n_layers))
+        self.norm = nn.LayerNorm(dim, eps=LCGP_NORM_EPS)
         self.dropout = nn.Dropout(dropout)
         self.classifier = nn.Linear(dim, n_classes)
 
@@ -95,16 +108,22 @@ class LCGPHead(nn.Module):
         return layer_gate(self.gate_logits)
 
     def forward(self, patch: torch.Tensor, cls: torch.Tensor | None) -> torch.Tensor:
-        pooled = mix_layers(patch.mean(dim=2) if cls is None else cls, self.alpha())
-        return self.classifier(self.dropout(pooled))
+        tokens = patch.mean(dim=2) if cls is None else cls  # (B, L, D)
+        pooled = (tokens * self.alpha().reshape(1, -1, 1)).sum(dim=1)
+        return self.classifier(self.dropout(self.norm(pooled)))
+
+
+def binarise(x: torch.Tensor) -> torch.Tensor:
+    """(x >= 0) * 2 - 1, the official ProtoBin binarisation: +1 or -1 everywhere (0 maps to +1, unlike sign)."""
+    return (x >= 0).to(x.dtype) * 2 - 1
 
 
 class _SignSTE(torch.autograd.Function):
-    """sign(x) forward; identity backward (straight-through estimator, ProtoBin)."""
+    """binarise(x) forward; identity backward (straight-through estimator, ProtoBin)."""
 
     @staticmethod
     def forward(ctx, x: torch.Tensor) -> torch.Tensor:
-        return torch.sign(x)
+        return binarise(x)
 
     @staticmethod
     def backward(ctx, grad_output: torch.Tensor) -> torch.Tensor:
@@ -112,7 +131,7 @@ class _SignSTE(torch.autograd.Function):
 
 
 def sign_ste(x: torch.Tensor) -> torch.Tensor:
-    """Binarise with sign in the forward pass; pass the gradient straight through in the backward pass."""
+    """Binarise (``binarise``) in the forward pass; pass the gradient straight through in the backward pass."""
     return _SignSTE.apply(x)
 
 
@@ -201,6 +220,20 @@ def macro_map(scores: np.ndarray, labels: np.ndarray) -> float:
     """Macro mean average precision over classes (columns) that have a positive, in percent."""
     per_class = [average_precision(scores[:, c], labels[:, c]) for c in range(labels.shape[1])]
     return 100.0 * float(np.nanmean(per_class))
+
+
+def chance_map(labels: np.ndarray) -> float:
+    """Macro mAP of a scorer that carries no information, in percent: the mean class prevalence (the expected AP
+    of a random ranking of a class is its prevalence), over classes that have a positive."""
+    prevalence = np.asarray(labels, dtype=float).mean(axis=0)
+    return 100.0 * float(prevalence[prevalence > 0].mean())
+
+
+def prior_entropy(labels: np.ndarray) -> float:
+    """Binary cross-entropy (nats, averaged over classes) of the best constant predictor, sigmoid = prevalence:
+    mean_c H(p_c), H(p) = -p log p - (1 - p) log(1 - p). A trained multi-label model's loss must go below it."""
+    p = np.clip(np.asarray(labels, dtype=float).mean(axis=0), 1e-12, 1 - 1e-12)
+    return float(np.mean(-p * np.log(p) - (1 - p) * np.log(1 - p)))
 
 
 def gap_closure(probe: float, linear: float, finetune: float) -> float:

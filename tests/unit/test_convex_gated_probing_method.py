@@ -10,6 +10,7 @@ import pytest
 import torch
 from sklearn.linear_model import LogisticRegression
 from sklearn.metrics import average_precision_score
+from torch.nn import functional as F
 
 from tasks.convex_gated_probing import method
 
@@ -152,40 +153,75 @@ def test_cgp_head_forward_is_features_then_linear():
     assert head.dropout.p == 0.2
 
 
-def test_lcgp_mixes_the_normalised_cls_tokens():
+def test_lcgp_mixes_the_raw_cls_tokens_then_layer_norms():
+    """Official LinearCGP: gate the RAW cls tokens, LayerNorm(eps=1e-6), Dropout, Linear; hand-computed."""
     patch, cls, _, _ = random_features(seed=4)
     head = method.LCGPHead(4, 6, 2).eval()
+    assert head.norm.eps == 1e-6
     with torch.no_grad():
         head.gate_logits.copy_(torch.tensor([0.0, 0.0, 50.0, 0.0]))  # alpha ~ one-hot on layer 3
-    expected = head.classifier(cls[:, 2] / cls[:, 2].norm(dim=-1, keepdim=True))
-    assert torch.allclose(head(patch, cls), expected, atol=1e-5)
-    expected_mean = head.classifier(method.l2_normalise(patch[:, 2].mean(dim=1)))
-    assert torch.allclose(head(patch, None), expected_mean, atol=1e-5)
+    def layer_norm(x):
+        return (x - x.mean(-1, keepdim=True)) / (x.var(-1, unbiased=False, keepdim=True) + 1e-6).sqrt()
+    assert torch.allclose(head(patch, cls), head.classifier(layer_norm(cls[:, 2])), atol=1e-5)
+    assert torch.allclose(head(patch, None), head.classifier(layer_norm(patch[:, 2].mean(dim=1))), atol=1e-5)
+    with torch.no_grad():
+        head.gate_logits.copy_(torch.tensor([0.0, math.log(3.0), 0.0, 0.0]))  # alpha = (1, 3, 1, 1) / 6
+    mixed = (cls[:, 0] + 3 * cls[:, 1] + cls[:, 2] + cls[:, 3]) / 6  # raw, not L2-normalised, tokens
+    assert torch.allclose(head(patch, cls), head.classifier(layer_norm(mixed)), atol=1e-5)
+
+
+def test_negative_control_l2_normalised_lcgp_fails_the_raw_mix(monkeypatch):
+    """The former reconstruction (L2-normalise the cls tokens before the mix) gives a different output once
+    layers have different norms, so the exact test above catches it."""
+    patch, cls, _, _ = random_features(seed=4)
+    cls = cls * torch.tensor([1.0, 5.0, 0.2, 2.0]).reshape(1, 4, 1)
+    head = method.LCGPHead(4, 6, 2).eval()
+    with torch.no_grad():
+        head.gate_logits.copy_(torch.tensor([0.0, math.log(3.0), 0.0, 0.0]))
+    official = head(patch, cls)
+    original = method.LCGPHead.forward
+    def l2_first(self, patch, cls):
+        return original(self, patch, None if cls is None else method.l2_normalise(cls))
+    monkeypatch.setattr(method.LCGPHead, "forward", l2_first)
+    assert not torch.allclose(head(patch, cls), official, atol=1e-3)
 
 
 # ------------------------------------------------------------------------------------- (a)4 ProtoBin STE
 
 
-def test_protobin_straight_through_gradient():
+def check_straight_through(binarise_fn) -> bool:
+    """The STE check: forward equals the official binarisation and the gradient is passed through unchanged."""
     g = torch.Generator().manual_seed(5)
     weights = torch.randn(4, 3, generator=g, requires_grad=True)
     upstream = torch.randn(4, 3, generator=g)
-    binary = method.sign_ste(weights)
-    assert torch.equal(binary, torch.sign(weights))
-    (grad,) = torch.autograd.grad((binary * upstream).sum(), weights)
-    assert torch.equal(grad, upstream)  # d loss / dP = d loss / d sign(P)
+    binary = binarise_fn(weights)
+    if not torch.equal(binary, torch.where(weights >= 0, 1.0, -1.0)) or not binary.requires_grad:
+        return False
+    grad = torch.autograd.grad((binary * upstream).sum(), weights, allow_unused=True)[0]
+    return grad is not None and torch.equal(grad, upstream)  # d loss / dP = d loss / d binarise(P)
 
 
-def test_negative_control_plain_sign_has_zero_gradient():
-    weights = torch.randn(4, 3, requires_grad=True)
-    (grad,) = torch.autograd.grad((torch.sign(weights) * torch.ones(4, 3)).sum(), weights)
-    assert not torch.equal(grad, torch.ones(4, 3))
+def test_protobin_straight_through_gradient():
+    assert check_straight_through(method.sign_ste)
+
+
+def test_binarise_maps_zero_to_plus_one_like_the_official_code():
+    x = torch.tensor([-2.0, -0.0, 0.0, 1e-9, 3.0])
+    assert torch.equal(method.binarise(x), torch.tensor([-1.0, 1.0, 1.0, 1.0, 1.0]))
+
+
+def test_negative_control_sign_ste_without_straight_through_fails(monkeypatch):
+    """Monkeypatch the library's sign_ste to a plain binarisation (zero gradient): the same check fails."""
+    monkeypatch.setattr(method, "sign_ste", lambda x: method.binarise(x))
+    assert not check_straight_through(method.sign_ste)
+    monkeypatch.setattr(method, "sign_ste", torch.sign)  # sign has zero gradient almost everywhere
+    assert not check_straight_through(method.sign_ste)
 
 
 def test_protobin_reads_the_last_layer_with_binary_prototypes():
     patch, cls, _, _ = random_features(seed=6)
     head = method.ProtoBinHead(6, 7, 2).eval()
-    protos = torch.sign(head.prototypes) / math.sqrt(6)
+    protos = torch.where(head.prototypes >= 0, 1.0, -1.0) / math.sqrt(6)
     tokens = patch[:, -1] / patch[:, -1].norm(dim=-1, keepdim=True)
     assert torch.allclose(head(patch, cls), head.classifier((tokens @ protos.T).amax(dim=1)), atol=1e-6)
     changed = patch.clone()
@@ -278,6 +314,38 @@ def test_average_precision_exact_and_against_sklearn():
     labels = (rng.random((50, 4)) < 0.3).astype(int)
     reference = 100 * average_precision_score(labels, scores, average="macro")
     assert method.macro_map(scores, labels) == pytest.approx(reference)
+
+
+def test_cosine_to_mean_exact():
+    # rows (1,0), (0,1), (2,0): unit rows (1,0),(0,1),(1,0); mean (2/3, 1/3), direction (2, 1)/sqrt(5)
+    x = torch.tensor([[1.0, 0.0], [0.0, 1.0], [2.0, 0.0]])
+    assert method.cosine_to_mean(x) == pytest.approx((2 + 1 + 2) / (3 * math.sqrt(5)), rel=1e-6)
+    assert method.cosine_to_mean(torch.tensor([[1.0, 1.0], [3.0, 3.0]])) == pytest.approx(1.0)
+    assert method.cosine_to_mean(x.reshape(3, 1, 2)) == pytest.approx(method.cosine_to_mean(x))
+
+
+def test_chance_map_and_prior_entropy_exact():
+    labels = np.array([[1, 0], [0, 0], [0, 1], [0, 1]])  # prevalence 0.25 and 0.5
+    assert method.chance_map(labels) == pytest.approx(100 * 0.375)
+    assert method.chance_map(np.array([[1, 0], [0, 0]])) == pytest.approx(50.0)  # classes with no positive skipped
+    h = lambda p: -p * math.log(p) - (1 - p) * math.log(1 - p)  # noqa: E731
+    assert method.prior_entropy(labels) == pytest.approx((h(0.25) + h(0.5)) / 2)
+    # the prior entropy is the BCE of the best constant predictor
+    logits = torch.logit(torch.tensor([[0.25, 0.5]])).expand(4, 2)
+    bce = F.binary_cross_entropy_with_logits(logits, torch.tensor(labels, dtype=torch.float32))
+    assert float(bce) == pytest.approx(method.prior_entropy(labels), rel=1e-5)
+
+
+def test_prior_entropy_of_a_class_in_every_clip_is_zero():
+    """A class present in every clip has prevalence 1 and entropy 0 (clipped below 1, not nan)."""
+    labels = np.array([[1, 0], [1, 1]])
+    assert method.prior_entropy(labels) == pytest.approx(math.log(2) / 2)
+
+
+def test_linear_probe_keeps_the_feature_dtype():
+    x, y = probe_problem()
+    weight, bias = method.fit_linear_probe(x.double(), y.double(), 1e-2, max_iter=5)
+    assert weight.dtype == torch.float64 and bias.dtype == torch.float64
 
 
 def test_gap_closure_exact():

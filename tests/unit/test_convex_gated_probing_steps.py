@@ -16,14 +16,40 @@ from tasks.convex_gated_probing.encoder import MAE, AudioViT, FineTuneModel, lay
 PROBE = ProbeConfig(n_prototypes=64, steps=1000, warmup_steps=100, batch=48, lr=1e-3, weight_decay=0.2, dropout=0.2,
                     lp_l2=1e-3)
 PLANTED = PlantedConfig(n_layers=6, planted_layer=3, n_tokens=16, dim=64, n_classes=10, n_train=400, n_test=200,
-                        signal=3.0, n_prototypes=64, steps=700, lr=3e-3)
+                        signal=3.0, n_prototypes=64, steps=700, lr=3e-3, n_seeds=1)
 
 
 def planted_passes(result: dict[str, float]) -> bool:
-    return result["planted_argmax_layer"] == 3 and result["planted_cgp_map"] - result["planted_lp_map"] >= 20
+    return evaluate.planted_passed(result, planted_layer=3)
+
+
+def test_planted_passed_needs_both_the_argmax_and_the_margin():
+    assert evaluate.planted_passed({"planted_argmax_layer": 3.0, "planted_cgp_map": 40.0, "planted_lp_map": 20.0}, 3)
+    assert not evaluate.planted_passed({"planted_argmax_layer": 3.0, "planted_cgp_map": 39.9, "planted_lp_map": 20.0},
+                                       3)
+    assert not evaluate.planted_passed({"planted_argmax_layer": 4.0, "planted_cgp_map": 90.0, "planted_lp_map": 20.0},
+                                       3)
+
+
+def test_planted_layer_trials_count_passes_over_independent_problems(monkeypatch):
+    outcomes = {0: (3.0, 80.0), 1: (1.0, 80.0), 2: (3.0, 30.0), 3: (3.0, 50.0)}  # (argmax, CGP mAP); LP 20
+    calls = []
+
+    def fake(cfg, probe, seed, planted_seed, frozen_control):
+        calls.append((seed, planted_seed, frozen_control))
+        argmax, cgp = outcomes[planted_seed]
+        return {"planted_argmax_layer": argmax, "planted_cgp_map": cgp, "planted_lp_map": 20.0}
+
+    monkeypatch.setattr(evaluate, "planted_layer_test", fake)
+    result = evaluate.planted_layer_trials(PLANTED.model_copy(update={"n_seeds": 4}), PROBE, seed=7)
+    assert result["planted_passed_count"] == 2.0 and result["planted_trials"] == 4.0  # 2 misses the margin
+    assert result["planted_min_margin"] == 10.0 and result["planted_cgp_map"] == 80.0
+    assert calls == [(7, 0, True), (7, 1, False), (7, 2, False), (7, 3, False)]
 
 
 def test_planted_layer_gate_finds_layer_three_and_beats_lp():
+    """A smoke test of ONE planted problem (run seed 0, problem 0): the run-time pass rate over many problems is
+    claim C8a; a single pass here shows only that the pipeline can pass."""
     result = evaluate.planted_layer_test(PLANTED, PROBE, seed=0)
     assert planted_passes(result)
     assert result["planted_alpha_on_layer"] > 0.5
@@ -170,3 +196,23 @@ def test_bad_params_name_the_key(path, value, message):
     raw["cpu"][path[0]][path[1]] = value
     with pytest.raises(ParamsError, match=message):
         validate_paper_section("convex_gated_probing", raw)
+
+
+def test_encoder_standardises_its_input_with_dataset_statistics():
+    """tokens(spec) embeds (spec - mean) / std with the statistics set from the pretraining clips; they travel in
+    the state dict, so the fine-tuned model and the evaluation read the same standardisation."""
+    torch.manual_seed(0)
+    vit = AudioViT(16, 8, 4, 16, 2, 2, True)
+    spec = 0.5 + 0.1 * torch.randn(5, 16, 8)
+    vit.set_input_statistics(spec)
+    assert float(vit.input_mean) == pytest.approx(float(spec.mean())) and float(vit.input_std) == pytest.approx(
+        float(spec.std()))
+    standardised = (spec - spec.mean()) / spec.std()
+    assert torch.allclose(vit.tokens(spec), vit.embed(patchify(standardised, 4)) + vit.pos, atol=1e-5)
+    copy = AudioViT(16, 8, 4, 16, 2, 2, True)
+    copy.load_state_dict(vit.state_dict())
+    assert torch.equal(copy.input_mean, vit.input_mean) and torch.equal(copy.input_std, vit.input_std)
+    # negative control: without the statistics the embedding reads the raw spectrogram and differs
+    raw = AudioViT(16, 8, 4, 16, 2, 2, True)
+    raw.load_state_dict({k: v for k, v in vit.state_dict().items() if not k.startswith("input_")}, strict=False)
+    assert not torch.allclose(raw.tokens(spec), vit.tokens(spec), atol=1e-3)
