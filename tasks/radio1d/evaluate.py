@@ -34,6 +34,22 @@ def relative_error(prediction: torch.Tensor, target: torch.Tensor) -> float:
     return float(((prediction - target) ** 2).sum(-1).mean() / ((target - centre) ** 2).sum(-1).mean())
 
 
+def standardise(train: torch.Tensor, test: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Both feature sets scaled per column by the train mean and standard deviation, so that one ridge strength
+    means the same for every model whatever its token norms."""
+    mean, std = train.mean(0), train.std(0).clamp_min(1e-8)
+    return (train - mean) / std, (test - mean) / std
+
+
+def readout_error(features_train: torch.Tensor, dense_train: torch.Tensor, features_test: torch.Tensor,
+                  dense_test: torch.Tensor, ridge: float) -> float:
+    """Shared, decoder-free read-out: 1 - held-out R^2 of a ridge map from the (standardised, flattened) first-k
+    tokens to the flattened dense teacher map, fitted on train. Every model is read by the same map family, so a
+    difference between curves is a difference between the tokens, not between decoders."""
+    x_train, x_test = standardise(features_train.flatten(1), features_test.flatten(1))
+    return 1.0 - method.held_out_r2(x_train, dense_train.flatten(1), x_test, dense_test.flatten(1), ridge)
+
+
 def teacher_measures(cfg: Radio1DConfig, teachers: Teachers, train: Scenes, test: Scenes) -> dict[str, float]:
     """Teacher quality on test scenes, and the held-out R^2 of each teacher's features from the other's."""
     with torch.no_grad():
@@ -51,27 +67,30 @@ def teacher_measures(cfg: Radio1DConfig, teachers: Teachers, train: Scenes, test
 
 def student_tables(cfg: Radio1DConfig, name: str, model: method.Radio1D | PlainViT, teachers: Teachers,
                    train: Scenes, test: Scenes) -> list[dict]:
-    """One row per k: probe mAP (mean of the k tokens), dense reconstruction error, summary cosine."""
+    """One row per k: probe mAP (mean of the k tokens), dense reconstruction error (the model's own decoder),
+    the shared ridge read-out error from the k tokens, summary cosine."""
     ks = cfg.eval.ks
     with torch.no_grad():
         s_test, d_test = in_batches(teachers.targets, test.images)
+        d_train = in_batches(teachers.targets, train.images)[1]
         tokens_train = in_batches(lambda x: model.encode(x)[1], train.images)
         tokens_test = in_batches(lambda x: model.encode(x)[1], test.images)
     rows = []
     for k in ks:
         if isinstance(model, PlainViT):
-            f_train = pool_grid(tokens_train, model.grid, k).mean(1)
-            f_test = pool_grid(tokens_test, model.grid, k).mean(1)
+            k_train, k_test = pool_grid(tokens_train, model.grid, k), pool_grid(tokens_test, model.grid, k)
             with torch.no_grad():
                 dense = in_batches(lambda x, k=k: model.reconstruct(x, k), test.images)
                 summary = in_batches(lambda x: model(x)[0], test.images)
         else:
-            f_train, f_test = tokens_train[:, :k].mean(1), tokens_test[:, :k].mean(1)
+            k_train, k_test = tokens_train[:, :k], tokens_test[:, :k]
             with torch.no_grad():
                 summary, dense = in_batches(lambda x, k=k: model(x, torch.full((len(x),), k)), test.images)
+        f_train, f_test = k_train.mean(1), k_test.mean(1)
         logits = method.fit_linear_probe(f_train, train.presence, f_test, cfg.eval.probe_steps, cfg.eval.probe_lr)
         rows.append({"model": name, "k": k, "probe_map": method.mean_average_precision(logits, test.presence),
                      "recon_error": relative_error(dense, d_test),
+                     "readout_error": readout_error(k_train, d_train, k_test, d_test, cfg.eval.ridge),
                      "summary_cosine": float(torch.nn.functional.cosine_similarity(summary, s_test, dim=-1).mean())})
     return rows
 
@@ -79,18 +98,21 @@ def student_tables(cfg: Radio1DConfig, name: str, model: method.Radio1D | PlainV
 def retrieval_rows(cfg: Radio1DConfig, name: str, model: method.Radio1D | PlainViT, test: Scenes,
                    gallery: Scenes) -> list[dict]:
     """P@1 of composition retrieval (relevant = same digit-or-empty per quadrant) with k tokens concatenated
-    in order, and with the cls token alone."""
+    in order, with the encoder's cls output alone (read by no loss: a diagnostic, not a baseline), and with the
+    mean of all spatial tokens (the model's trained single-vector summary: C5a's baseline)."""
     k = cfg.eval.retrieval_k
     queries = Scenes(test.images[:len(gallery.images)], test.layouts[:len(gallery.images)])
     with torch.no_grad():
         if isinstance(model, PlainViT):
             tokens = lambda x: model.pooled_tokens(x, k).flatten(1)  # noqa: E731
             cls = lambda x: model.encode(x)[0]  # noqa: E731
+            mean = lambda x: model.encode(x)[1].mean(1)  # noqa: E731
         else:
             tokens = lambda x: model.encode(x)[1][:, :k].flatten(1)  # noqa: E731
             cls = lambda x: model.encode(x)[0][:, 0]  # noqa: E731
+            mean = lambda x: model.encode(x)[1].mean(1)  # noqa: E731
         rows = []
-        for rep, fn in (("tokens", tokens), ("cls", cls)):
+        for rep, fn in (("tokens", tokens), ("cls", cls), ("mean", mean)):
             p1 = method.precision_at_1(in_batches(fn, queries.images), in_batches(fn, gallery.images),
                                        queries.layouts, gallery.layouts)
             rows.append({"model": name, "representation": rep, "k": k if rep == "tokens" else 0, "p_at_1": p1,
@@ -135,7 +157,8 @@ def evaluate(cfg: Radio1DConfig, seed: int, data_dir: Path, model_dir: Path, dev
             vlm = vlm_rows(cfg, seed, Path(model_dir), train, test)
         result.add({f"{r['model']}_vlm_accuracy_k{r['k']}": r["vlm_accuracy"] for r in vlm}, tables={"vlm": vlm})
     for row in per_k:
-        result.add({f"{row['model']}_{m}_k{row['k']}": row[m] for m in ("probe_map", "recon_error", "summary_cosine")})
+        result.add({f"{row['model']}_{m}_k{row['k']}": row[m] for m in ("probe_map", "recon_error", "readout_error",
+                                                                      "summary_cosine")})
     for row in retrieval:
         result.add({f"{row['model']}_p_at_1_{row['representation']}": row["p_at_1"],
                     f"{row['model']}_hits_{row['representation']}": row["hits"]})

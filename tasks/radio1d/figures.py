@@ -1,4 +1,5 @@
-"""Figures of radio1d: probe mAP vs k, reconstruction error vs k (every model), retrieval P@1 bars."""
+"""Figures of radio1d: probe mAP vs k, reconstruction error vs k (own decoders, and the shared ridge read-out;
+every model), retrieval P@1 bars."""
 
 from __future__ import annotations
 
@@ -26,23 +27,30 @@ def make_figures(cfg: Radio1DConfig, results: list[SeedResult], figures_dir: Pat
     models = list(dict.fromkeys(row["model"] for row in per_k))
     written = []
     for metric, ylabel, name in (("probe_map", "linear-probe mAP (mean of k tokens)", "probe_map_vs_k"),
-                                 ("recon_error", "dense-teacher reconstruction error (relative)", "recon_vs_k")):
+                                 ("recon_error", "dense-teacher reconstruction error (relative)", "recon_vs_k"),
+                                 ("readout_error", "shared ridge read-out error (1 - held-out R^2)",
+                                  "readout_vs_k")):
         fig, axes = new_figure()
         for model in models:
             ks = list(cfg.eval.ks)
             values = np.array([[row[metric] for row in per_k if row["model"] == model and row["k"] == k]
                                for k in ks])
+            if metric == "probe_map" and model == "plain":
+                # the mean of equal-area pooled cells is the global mean at every k: a reference, not a curve
+                axes[0, 0].axhline(values.mean(), color="grey", linestyle="--",
+                                   label=f"{label(model)} (global mean, same at every k)")
+                continue
             axes[0, 0].errorbar(ks, values.mean(1), yerr=values.std(1), marker="o", capsize=3, label=label(model))
         axes[0, 0].set(xscale="log", xlabel="tokens k", ylabel=ylabel)
         axes[0, 0].set_xticks(list(cfg.eval.ks), [str(k) for k in cfg.eval.ks])
         axes[0, 0].legend()
         written += [save_figure(fig, Path(figures_dir) / f"{name}.png")]
     fig, axes = new_figure()
-    bars = [(row_model, rep) for row_model in models for rep in ("tokens", "cls")]
+    bars = [(row_model, rep) for row_model in models for rep in ("tokens", "mean", "cls")]
     means = [np.mean([r["p_at_1"] for r in retrieval if r["model"] == m and r["representation"] == rep])
              for m, rep in bars]
     axes[0, 0].bar(range(len(bars)), means)
-    axes[0, 0].set_xticks(range(len(bars)), [f"{label(m)}\n{rep if rep == 'cls' else f'{cfg.eval.retrieval_k} tok'}"
+    axes[0, 0].set_xticks(range(len(bars)), [f"{label(m)}\n{rep if rep != 'tokens' else f'{cfg.eval.retrieval_k} tok'}"
                                              for m, rep in bars], rotation=45, ha="right", fontsize=7)
     axes[0, 0].set(ylabel="composition retrieval P@1")
     written += [save_figure(fig, Path(figures_dir) / "retrieval_p_at_1.png"),

@@ -91,19 +91,45 @@ def slicing_holds(model: method.Radio1D) -> bool:
     return unchanged and changed
 
 
-def test_decoder_ignores_tokens_at_or_after_k():
-    model = tiny_model()
-    assert slicing_holds(model)
-    # no prefix leak: the encoder's cls/register outputs never reach the decoder
-    images = torch.rand(2, 1, 16, 16)
+def prefix_does_not_leak(model: method.Radio1D) -> bool:
+    """Acceptance check (a)3: shifting the encoder's cls/register outputs leaves the training path's outputs
+    bit-identical."""
+    images = torch.rand(2, 1, 16, 16, generator=torch.Generator().manual_seed(3))
     k = torch.tensor([3, 16])
-    prefix, spatial = model.encode(images)
     with torch.no_grad():
         base = model(images, k)
         original = model.encode
         model.encode = lambda x: (original(x)[0] + 100.0, original(x)[1])
-        leaked = model(images, k)
-    assert all(torch.equal(a, b) for a, b in zip(base, leaked, strict=True))
+        try:
+            leaked = model(images, k)
+        finally:
+            del model.encode
+    return all(torch.equal(a, b) for a, b in zip(base, leaked, strict=True))
+
+
+def test_decoder_ignores_tokens_at_or_after_k():
+    model = tiny_model()
+    assert slicing_holds(model)
+    assert prefix_does_not_leak(model)  # no prefix leak: the encoder's cls/register outputs never reach the decoder
+
+
+def test_negative_control_prefix_leak_is_caught(monkeypatch):
+    # a forward that feeds the encoder's prefix outputs into the decoder (added onto its own prefix)
+    def leaking_forward(self, images, num_tokens):
+        enc_prefix, spatial = self.encode(images)
+        x = self.decoder_inputs(spatial, num_tokens)
+        x = torch.cat([x[:, :self.prefix] + enc_prefix, x[:, self.prefix:]], dim=1)
+        for block in self.dec_blocks_before:
+            x = block(x)
+        prefix, body = x[:, :self.prefix], x[:, self.prefix:]
+        x = torch.cat([self.dec_prefix_proj(prefix), self.split(body, self.grid // 2)], dim=1)
+        for block in self.dec_blocks_after:
+            x = block(x)
+        x = self.dec_norm(x)
+        return self.adaptor_summary(x[:, 0]), self.adaptor_dense(x[:, self.prefix:])
+
+    monkeypatch.setattr(method.Radio1D, "forward", leaking_forward)
+    assert not prefix_does_not_leak(tiny_model())
 
 
 def test_negative_control_leaking_slice_is_caught(monkeypatch):
@@ -223,6 +249,31 @@ def test_average_precision_exact():
     assert math.isnan(method.mean_average_precision(torch.zeros(2, 2), torch.zeros(2, 2)))
 
 
+def metric_sanity_holds() -> bool:
+    """Acceptance check (a)6: mAP of perfect scores is 1.0; P@1 with each query's own duplicate in the gallery is
+    1.0 (on non-trivial inputs: several labels, a gallery item nearer to another query)."""
+    labels = torch.tensor([[1, 0], [0, 1], [1, 1], [0, 0]])
+    queries = torch.tensor([[1.0, 0.0], [0.0, 1.0], [1.0, 1.0], [-1.0, 0.2]])
+    keys = torch.tensor([[1, 2], [3, 4], [5, 6], [7, 8]])
+    return (method.mean_average_precision(labels.float() + 0.1 * torch.arange(4)[:, None], labels) == 1.0
+            and method.precision_at_1(queries, queries.clone(), keys, keys) == 1.0)
+
+
+def test_metric_sanity():
+    assert metric_sanity_holds()
+
+
+@pytest.mark.parametrize("broken", ["ascending_ap", "farthest_neighbour"])
+def test_negative_control_broken_metrics_are_caught(monkeypatch, broken):
+    if broken == "ascending_ap":  # ranks the lowest score first
+        original = method.average_precision
+        monkeypatch.setattr(method, "average_precision", lambda scores, labels: original(-scores, labels))
+    else:  # picks the least similar gallery item
+        original = method.precision_at_1
+        monkeypatch.setattr(method, "precision_at_1", lambda q, g, qk, gk: original(q, -g, qk, gk))
+    assert not metric_sanity_holds()
+
+
 def test_precision_at_1_exact():
     queries = torch.tensor([[1.0, 0.0], [0.0, 1.0], [1.0, 1.0]])
     keys = torch.tensor([[1, 2], [3, 4], [5, 6]])
@@ -278,6 +329,7 @@ def test_fill_after_prefix_exact_on_a_non_square_batch():
 
 def test_samplers_draw_only_from_the_given_generator():
     for kind, kwargs in (("uniform", {}), ("triangle", {}), ("gaussian_mixture", {"modes": (3.0, 9.0)})):
+        torch.manual_seed(0)  # a different global state before each of the two draws (the loop re-seeds it)
         first = method.sample_num_tokens(kind, 500, 16, torch.Generator().manual_seed(7), **kwargs)
         torch.manual_seed(123)  # the global generator must not matter
         second = method.sample_num_tokens(kind, 500, 16, torch.Generator().manual_seed(7), **kwargs)

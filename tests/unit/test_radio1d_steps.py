@@ -108,14 +108,18 @@ def fake_result(**overrides: float) -> SeedResult:
     ks = [1, 2, 4, 8, 16]
     metrics = {"teacher_r2_dense_from_summary": 0.3, "teacher_r2_summary_from_dense": 0.7,
                "teacher_summary_map": 0.95, "teacher_dense_quadrant_accuracy": 0.9,
-               "elastic_p_at_1_tokens": 0.6, "elastic_p_at_1_cls": 0.2, "plain_p_at_1_tokens": 0.7}
+               "elastic_p_at_1_tokens": 0.6, "elastic_p_at_1_cls": 0.2, "plain_p_at_1_tokens": 0.7,
+               "elastic_p_at_1_mean": 0.45}
     for model, probe, recon in (("elastic", [0.8, 0.85, 0.9, 0.9, 0.95], [0.8, 0.6, 0.5, 0.55, 0.4]),
                                 ("fixed16", [0.5, 0.6, 0.7, 0.9, 0.96], [1.0, 0.9, 0.8, 0.6, 0.3]),
                                 ("fixed1", [0.82, 0.8, 0.8, 0.8, 0.8], [0.7, 0.7, 0.7, 0.7, 0.7]),
                                 ("plain", [0.7] * 5, [0.9, 0.8, 0.6, 0.5, 0.4])):
-        for k, p, r in zip(ks, probe, recon, strict=True):
+        for i, (k, p, r) in enumerate(zip(ks, probe, recon, strict=True)):
             metrics[f"{model}_probe_map_k{k}"] = p
             metrics[f"{model}_recon_error_k{k}"] = r
+            # read-out errors differ from the decoder errors: the recon curve scaled and shifted per model
+            metrics[f"{model}_readout_error_k{k}"] = 0.5 * r + 0.1 * (i % 2)
+            metrics[f"{model}_summary_cosine_k{k}"] = {"elastic": 0.4, "fixed1": 0.25}.get(model, 0.5) + 0.01 * i
     metrics.update(overrides)
     return SeedResult(0).add(metrics)
 
@@ -140,6 +144,49 @@ def test_claim_metrics_exact():
     assert out["elastic_retrieval_tokens_minus_cls"] == pytest.approx(0.4)
     assert out["elastic_retrieval_tokens_minus_plain_pooled"] == pytest.approx(-0.1)
     assert out["fixed1_recon_area"] == pytest.approx(0.7)
+    # consecutive differences of the elastic curve: -0.2, -0.1, +0.05, -0.15 -> the largest is +0.05
+    assert out["elastic_recon_max_increase"] == pytest.approx(0.05)
+    assert out["small_fixed_minus_elastic_summary_cosine_k1"] == pytest.approx(0.25 - 0.4)
+    assert out["elastic_retrieval_tokens_minus_mean"] == pytest.approx(0.15)
+    assert out["elastic_retrieval_mean"] == 0.45
+    # read-out curves: 0.5 * recon + 0.1 at k = 2 and k = 8
+    bump = (0.1 + 0.1 + 0.1 + 0.1) / 2 / 4
+    elastic_readout, fixed_readout = 0.5 * elastic_area + bump, 0.5 * fixed_area + bump
+    plain_area = ((0.9 + 0.8) + (0.8 + 0.6) + (0.6 + 0.5) + (0.5 + 0.4)) / 2 / 4
+    assert out["elastic_readout_area"] == pytest.approx(elastic_readout)
+    assert out["elastic_over_full_fixed_readout_area"] == pytest.approx(elastic_readout / fixed_readout)
+    assert out["elastic_over_plain_readout_area"] == pytest.approx(elastic_readout / (0.5 * plain_area + bump))
+    assert out["full_fixed_readout_k1_over_kmax"] == pytest.approx(0.5 / 0.15)
+
+
+def test_readout_error_exact():
+    # dense map y = 2 x0 - x1 + 1 per location (2 locations, 1 channel): a linear image of the tokens -> error 0
+    x_train = torch.tensor([[0.0, 1.0], [1.0, 0.0], [2.0, 3.0], [3.0, 1.0], [1.0, 2.0]])[:, None, :]
+    dense = lambda x: torch.stack([2 * x[:, 0, 0] - x[:, 0, 1] + 1, x[:, 0, 1]], dim=1)[..., None]  # noqa: E731
+    x_test = torch.tensor([[4.0, 0.0], [0.0, 4.0]])[:, None, :]
+    assert evaluate.readout_error(x_train, dense(x_train), x_test, dense(x_test), 1e-12) == \
+        pytest.approx(0.0, abs=1e-9)
+    # constant features carry nothing: prediction = train mean; error = SSE / SST about that mean = 1
+    const = torch.ones(5, 1, 2)
+    y_test = torch.tensor([[[0.0], [5.0]], [[4.0], [-1.0]]])
+    assert evaluate.readout_error(const, dense(x_train), torch.ones(2, 1, 2), y_test, 1e-3) == pytest.approx(1.0)
+    # standardisation: rescaling one feature column leaves the (ridge) read-out unchanged
+    scaled_train, scaled_test = x_train * torch.tensor([100.0, 1.0]), x_test * torch.tensor([100.0, 1.0])
+    y_noisy = dense(x_train) + torch.tensor([0.3, -0.2, 0.1, 0.0, -0.4])[:, None, None]
+    assert evaluate.readout_error(scaled_train, y_noisy, scaled_test, dense(x_test), 0.1) == \
+        pytest.approx(evaluate.readout_error(x_train, y_noisy, x_test, dense(x_test), 0.1), rel=1e-6)
+
+
+def test_negative_control_unstandardised_readout_is_caught(monkeypatch):
+    # without standardisation a fixed ridge penalises a small-scale feature more: the read-out then depends on units
+    monkeypatch.setattr(evaluate, "standardise", lambda train, test: (train, test))
+    x_train = torch.tensor([[0.0, 1.0], [1.0, 0.0], [2.0, 3.0], [3.0, 1.0], [1.0, 2.0]])[:, None, :]
+    y = (2 * x_train[:, 0, 0] - x_train[:, 0, 1] + torch.tensor([0.3, -0.2, 0.1, 0.0, -0.4]))[:, None, None]
+    x_test = torch.tensor([[4.0, 0.0], [0.0, 4.0]])[:, None, :]
+    y_test = (2 * x_test[:, 0, 0] - x_test[:, 0, 1])[:, None, None]
+    scale = torch.tensor([0.01, 1.0])
+    assert evaluate.readout_error(x_train * scale, y, x_test * scale, y_test, 0.1) != \
+        pytest.approx(evaluate.readout_error(x_train, y, x_test, y_test, 0.1), rel=1e-3)
 
 
 def test_config_rejects_bad_values_by_key():
