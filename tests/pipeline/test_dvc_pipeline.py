@@ -13,7 +13,10 @@ import yaml
 from tests.conftest import REPO
 from tests.pipeline.helpers import BIN, copy_repository, project_env
 
-pytestmark = pytest.mark.usefixtures("prefect_server")
+# The first test's setup runs `dvc repro` of every paper at smoke, one stage process after another: about
+# 42 processes for 14 papers, each paying its imports (torch, Prefect, MLflow). Minutes on a quiet machine,
+# far more on a loaded one, hence limits well above the default 900 s.
+pytestmark = [pytest.mark.usefixtures("prefect_server"), pytest.mark.timeout(3600)]
 
 
 @pytest.fixture(scope="module")
@@ -27,7 +30,7 @@ def repo_copy(tmp_path_factory):
     env = project_env(dest)
     env.pop("REPRO_ROOT")  # the copy's own code must find its own root
     first = subprocess.run([str(BIN / "dvc"), "repro"], cwd=dest, env=env, capture_output=True, text=True,
-                           timeout=900)
+                           timeout=3300)
     assert first.returncode == 0, first.stdout[-3000:] + first.stderr[-3000:]
     return dest, env
 
