@@ -1,7 +1,9 @@
 """The baselines of quatro and the one entry point for all four policy losses.
 
-GRPO (PPO clip per token, std-normalised group advantages; Shao et al. 2024), GSPO (clip on the length-normalised
-sequence ratio; Zheng et al. 2025) and unclipped importance-weighted REINFORCE come from ``tasks/common/rl.py``;
+GRPO (PPO clip per token, std-normalised group advantages; Shao et al. 2024) and GSPO (clip on the length-normalised
+sequence ratio; Zheng et al. 2025) come from ``tasks/common/rl.py``. ``reinforce_is``, the unclipped
+importance-weighted REINFORCE, is QUATRO's own loss with lambda = 0 (same centred advantages, same level): the
+ablation that isolates the trust-region term from QUATRO's other choices (advantage scale, sequence-level ratio);
 QUATRO's loss (``method.quatro_loss``) takes centred advantages A = r - mean(r), the dual variable supplying the
 scale (method.py, R4). Two QUATRO variants differ only in the stabiliser f(rho) (``method.stabiliser_term``), whose
 expectation under pi_old is the KL in both: ``quatro`` uses rho log rho - rho + 1 (per-sample gradient
@@ -18,7 +20,7 @@ from tasks.quatro import method
 from tasks.quatro.config import Algorithm, RLConfig
 from tasks.quatro.method import Stabiliser
 
-ADVANTAGE_SCALE: dict[Algorithm, str] = {"grpo": "std", "gspo": "std", "reinforce_is": "std", "quatro": "none",
+ADVANTAGE_SCALE: dict[Algorithm, str] = {"grpo": "std", "gspo": "std", "reinforce_is": "none", "quatro": "none",
                                           "quatro_rho_log_rho": "none"}
 STABILISER: dict[str, Stabiliser] = {"quatro": "generalised", "quatro_rho_log_rho": "rho_log_rho"}
 
@@ -36,7 +38,9 @@ def policy_loss(algorithm: Algorithm, new_logprobs: Tensor, old_logprobs: Tensor
     if algorithm == "gspo":
         return rl.gspo_loss(new_logprobs, old_logprobs, advantages, mask)
     if algorithm == "reinforce_is":
-        return rl.reinforce_is_loss(new_logprobs, old_logprobs, advantages, mask, aggregation="token")
+        # QUATRO with lambda = 0: the unclipped importance-weighted REINFORCE in QUATRO's exact form (the ablation)
+        return method.quatro_loss(new_logprobs, old_logprobs, advantages, mask, advantages.new_zeros(advantages.shape),
+                                  level=rl_cfg.level, stabiliser=STABILISER["quatro"])
     if is_quatro(algorithm):
         if lambdas is None:
             raise ValueError("QUATRO needs one dual variable per row")

@@ -47,6 +47,9 @@ class RLConfig(ProfileConfig):
     cells: list[tuple[StrictInt, float]] = Field(min_length=1)  # (update epochs per rollout batch mu, learning rate)
     rollout_lag: StrictInt = Field(ge=0, le=64)            # behaviour policy this many updates behind (stale cells)
     algorithms: list[Algorithm] = Field(min_length=1)
+    # the algorithms also run in on-policy cells (mu = 1); None: all of them. On-policy with equal response lengths
+    # GSPO equals GRPO (tests/unit/test_quatro_steps.py), so running it there adds nothing
+    on_policy_algorithms: list[Algorithm] | None = None
     clip_eps: float = Field(gt=0, lt=1)                    # GRPO's clip range and the "outside clip" statistic
     delta: float = Field(gt=0, le=10)                      # QUATRO's per-query KL bound (nats per sequence)
     level: Literal["sequence", "token"]
@@ -63,6 +66,8 @@ class RLConfig(ProfileConfig):
             raise ValueError("cells must be distinct")
         if len(set(self.algorithms)) != len(self.algorithms):
             raise ValueError("algorithms must be distinct")
+        if self.on_policy_algorithms is not None and not set(self.on_policy_algorithms) <= set(self.algorithms):
+            raise ValueError("on_policy_algorithms must be a subset of algorithms")
         return self
 
 

@@ -37,6 +37,11 @@ def prompt_ids(target_values: torch.Tensor, task: TaskConfig) -> torch.Tensor:
     return torch.stack([t // 10, t % 10, torch.full_like(t, SEP)], dim=1)
 
 
+def all_responses(task: TaskConfig) -> torch.Tensor:
+    """Every possible response, (VOCAB_SIZE ** n_digits, n_digits): what the exact KL enumerates (121 at 2 digits)."""
+    return torch.cartesian_prod(*[torch.arange(VOCAB_SIZE)] * task.n_digits).reshape(-1, task.n_digits)
+
+
 def rewards(completion_ids: torch.Tensor, target_values: torch.Tensor, task: TaskConfig) -> torch.Tensor:
     """1.0 iff the row's n_digits response tokens are all digits summing to its target; (N,) float32."""
     if completion_ids.shape[1] != task.n_digits:

@@ -18,7 +18,7 @@ from tasks.common.results import Progress, SeedResult, no_progress
 from tasks.quatro import method
 from tasks.quatro.config import QuatroConfig
 from tasks.quatro.data import load_eval_targets, prompt_ids, rewards
-from tasks.quatro.train import SFT_DIR, cells, run_name
+from tasks.quatro.train import SFT_DIR, planned_runs, run_name
 
 EVAL_SEED_OFFSET = 7919  # the evaluation's sampling stream, apart from training's
 
@@ -51,7 +51,7 @@ def evaluate(cfg: QuatroConfig, seed: int, data_dir: Path, model_dir: Path, devi
 
         return hub.evaluate_hub(cfg, seed, Path(data_dir), Path(model_dir), device, progress)
     target_values = load_eval_targets(data_dir)
-    names = [SFT_DIR] + [run_name(a, e, lr) for e, lr in cells(cfg.rl) for a in cfg.rl.algorithms]
+    names = [SFT_DIR] + [run_name(a, e, lr) for a, e, lr in planned_runs(cfg.rl)]
     result = SeedResult(seed)
     with result.stage("evaluate"):
         for i, name in enumerate(names):

@@ -10,7 +10,7 @@ from tasks.common.figures import new_figure, save_figure, write_plot_csv
 from tasks.common.results import SeedResult
 from tasks.quatro.claim_metrics import fresh_cell, stale_cell
 from tasks.quatro.config import QuatroConfig
-from tasks.quatro.train import cell_name, cells, run_name
+from tasks.quatro.train import cell_algorithms, cell_name, cells, run_name
 
 CURVES = (("reward", "training reward"), ("entropy", "token entropy (nats)"))
 
@@ -19,7 +19,7 @@ def _curve_rows(cfg: QuatroConfig, results: list[SeedResult]) -> list[dict]:
     rows = []
     for r in results:
         for epochs, lr in cells(cfg.rl):
-            for algorithm in cfg.rl.algorithms:
+            for algorithm in cell_algorithms(cfg.rl, epochs):
                 name = run_name(algorithm, epochs, lr)
                 for curve, _ in CURVES:
                     rows += [{"seed": r.seed, "cell": cell_name(epochs, lr), "algorithm": algorithm, "curve": curve,
@@ -33,7 +33,7 @@ def curves_figure(cfg: QuatroConfig, results: list[SeedResult], figures_dir: Pat
     for col, (epochs, lr) in enumerate(grid):
         for row, (curve, label) in enumerate(CURVES):
             ax = axes[row, col]
-            for algorithm in cfg.rl.algorithms:
+            for algorithm in cell_algorithms(cfg.rl, epochs):
                 values = np.array([r.curves[f"{run_name(algorithm, epochs, lr)}_{curve}"] for r in results])
                 ax.plot(values.mean(axis=0), label=algorithm)
             ax.set(xlabel="RL step", ylabel=label, title=f"mu={epochs}, lr={lr:g} (mean of {len(results)} seeds)")
@@ -47,16 +47,18 @@ def kl_figure(cfg: QuatroConfig, results: list[SeedResult], figures_dir: Path, p
     epochs, lr = stale_cell(cfg)
     fig, axes = new_figure()
     ax, rows = axes[0, 0], []
-    shown = [a for a in ("grpo", "quatro") if a in cfg.rl.algorithms]
-    pooled = {a: [row["kl"] for r in results for row in r.tables[f"{run_name(a, epochs, lr)}_kl"]] for a in shown}
+    shown = [a for a in ("grpo", "gspo", "quatro") if a in cell_algorithms(cfg.rl, epochs)]
+    pooled = {a: [row["kl"] for r in results for row in r.tables.get(f"{run_name(a, epochs, lr)}_exact_kl", [])]
+              for a in shown}
     finite = [v for values in pooled.values() for v in values if np.isfinite(v)]
     high = float(np.quantile(finite, 0.98)) if finite else 1.0
-    bins = np.linspace(min(finite, default=-0.1), max(high, 4 * cfg.rl.delta), 40)
+    bins = np.linspace(0.0, max(high, 4 * cfg.rl.delta), 40)
     for algorithm, values in pooled.items():
         ax.hist(np.clip(values, bins[0], bins[-1]), bins=bins, alpha=0.55, label=f"{algorithm} (n={len(values)})")
         rows += [{"algorithm": algorithm, "kl": v} for v in values]
     ax.axvline(cfg.rl.delta, color="black", linestyle="--", label=f"delta = {cfg.rl.delta:g}")
-    ax.set(xlabel="per-query KL estimate (1/G) sum rho log rho (clipped at the 98th percentile)", ylabel="queries",
+    ax.set(xlabel="exact per-query KL(pi_theta || pi_behaviour), all responses (clipped at the 98th pct)",
+           ylabel="queries",
            title=f"per-query KL after each batch, mu={epochs}, lr={lr:g}")
     ax.legend()
     return [save_figure(fig, Path(figures_dir) / "per_query_kl.png"),
@@ -68,7 +70,7 @@ def pass_at_k_figure(cfg: QuatroConfig, results: list[SeedResult], figures_dir: 
     rows = []
     for col, (where, (epochs, lr)) in enumerate((("fresh", fresh_cell(cfg)), ("stale", stale_cell(cfg)))):
         ax = axes[0, col]
-        for algorithm in cfg.rl.algorithms:
+        for algorithm in cell_algorithms(cfg.rl, epochs):
             name = run_name(algorithm, epochs, lr)
             means = [float(np.mean([r.metrics[f"{name}_eval_pass_at_{k}"] for r in results])) for k in cfg.eval.ks]
             ax.plot(cfg.eval.ks, means, marker="o", label=algorithm)

@@ -134,13 +134,13 @@ def hub_batches(rows: list[dict[str, str]], tokenizer: Any, cfg: QuatroConfig, s
 def train_hub(cfg: QuatroConfig, seed: int, data_dir: Path, model_dir: Path, device: str = "cuda",
               progress: Progress = no_progress) -> SeedResult:
     """Every algorithm in every cell from the hub policy; checkpoints ``<algorithm>_<cell>/`` (save_pretrained)."""
-    from tasks.quatro.train import cells, rl_run, run_name, summarise
+    from tasks.quatro.train import planned_runs, rl_run, run_name, summarise
 
     hub, result = cfg.hub, SeedResult(seed)
     base, tokenizer = load_policy(hub.model, device)
     rows = pl.read_parquet(Path(data_dir) / f"hub_train_seed{seed}.parquet").to_dicts()
     batches = hub_batches(rows, tokenizer, cfg, seed, device)
-    runs = [(a, e, lr) for e, lr in cells(cfg.rl) for a in cfg.rl.algorithms]
+    runs = planned_runs(cfg.rl)
     for i, (algorithm, epochs, lr) in enumerate(runs):
         name = run_name(algorithm, epochs, lr)
         policy = copy.deepcopy(base)
@@ -179,10 +179,10 @@ def evaluate_rows(model: Any, tokenizer: Any, rows: list[dict[str, str]], cfg: Q
 def evaluate_hub(cfg: QuatroConfig, seed: int, data_dir: Path, model_dir: Path, device: str = "cuda",
                  progress: Progress = no_progress) -> SeedResult:
     """The base policy (as ``sft``) and every checkpoint on the first evaluation set (metric names as at cpu)."""
-    from tasks.quatro.train import cells, run_name
+    from tasks.quatro.train import planned_runs, run_name
 
     rows = pl.read_parquet(Path(data_dir) / f"hub_eval_{file_stem(cfg.hub.eval_datasets[0])}.parquet").to_dicts()
-    names = [BASE] + [run_name(a, e, lr) for e, lr in cells(cfg.rl) for a in cfg.rl.algorithms]
+    names = [BASE] + [run_name(a, e, lr) for a, e, lr in planned_runs(cfg.rl)]
     result = SeedResult(seed)
     for i, name in enumerate(names):
         model, tokenizer = load_policy(cfg.hub.model if name == BASE else Path(model_dir) / name, device)

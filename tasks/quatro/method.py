@@ -78,12 +78,12 @@ def stationary_ratio(advantages: Tensor, lam: Tensor | float) -> Tensor:
 # (R4, R5) the per-query dual
 # ---------------------------------------------------------------------------------------------------------------
 
-def tilted_weights(advantages: Tensor, lam: float) -> Tensor:
+def tilted_weights(advantages: Tensor, lam: float | Tensor) -> Tensor:
     """w = softmax(A / lambda) over the last axis: the optimum pi* ∝ pi_old exp(A / lambda) on the group (R4)."""
     return torch.softmax(advantages / lam, dim=-1)
 
 
-def tilted_kl(advantages: Tensor, lam: float) -> Tensor:
+def tilted_kl(advantages: Tensor, lam: float | Tensor) -> Tensor:
     """KL(pi* || pi_old) on the group's empirical distribution: KL(w || uniform) = sum_i w_i log(G w_i)."""
     log_w = torch.log_softmax(advantages / lam, dim=-1)
     return (log_w.exp() * (log_w + math.log(advantages.shape[-1]))).sum(dim=-1)
@@ -139,13 +139,32 @@ def dual_ascent_step(lam: float, kl: float, delta: float, step_size: float, floo
 
 
 def group_duals(advantages: Tensor, group_size: int, delta: float, *, lam_min: float = 1e-3,
-                lam_max: float = 1e3) -> Tensor:
-    """(R4) lambda* of every group of G contiguous rows by bisection, (num_groups,) float64; 0 for skipped groups."""
+                lam_max: float = 1e3, iters: int = 60) -> Tensor:
+    """(R4) lambda* of every group of G contiguous rows, (num_groups,) float64; 0 for skipped groups (R5).
+
+    The bisection of ``solve_dual_bisection`` run on all groups at once (one tensor operation per iteration): the
+    same floor / ceiling / degenerate rules, ``iters`` halvings of [log lam_min, log lam_max].
+    """
     if group_size < 2 or advantages.numel() % group_size:
         raise ValueError(f"{advantages.numel()} advantages do not form groups of size {group_size} >= 2")
-    grouped = advantages.detach().reshape(-1, group_size)
-    return torch.tensor([solve_dual_bisection(g, delta, lam_min=lam_min, lam_max=lam_max) for g in grouped],
-                        dtype=torch.float64)
+    if delta <= 0 or not 0 < lam_min < lam_max:
+        raise ValueError(f"need delta > 0 and 0 < lam_min < lam_max, got {delta}, {lam_min}, {lam_max}")
+    adv = advantages.detach().to(torch.float64).reshape(-1, group_size)
+    degenerate = (adv == adv[:, :1]).all(dim=1)
+    n_max = (adv == adv.max(dim=1, keepdim=True).values).sum(dim=1)
+    kl_limit = torch.log(group_size / n_max.to(torch.float64))
+    at_floor = (delta >= kl_limit) | (tilted_kl(adv, lam_min) <= delta)
+    at_ceiling = ~at_floor & (tilted_kl(adv, lam_max) > delta)
+    low = torch.full((adv.shape[0],), math.log(lam_min), dtype=torch.float64)
+    high = torch.full_like(low, math.log(lam_max))
+    for _ in range(iters):
+        mid = 0.5 * (low + high)
+        too_far = tilted_kl(adv, torch.exp(mid).unsqueeze(1)) > delta  # lambda too small: too far from pi_old
+        low, high = torch.where(too_far, mid, low), torch.where(too_far, high, mid)
+    lam = torch.exp(0.5 * (low + high))
+    lam = torch.where(at_ceiling, torch.full_like(lam, lam_max), lam)
+    lam = torch.where(at_floor, torch.full_like(lam, lam_min), lam)
+    return torch.where(degenerate, torch.zeros_like(lam), lam)
 
 
 def per_row(group_values: Tensor, group_size: int) -> Tensor:
@@ -169,10 +188,30 @@ def sequence_log_ratios(new_logprobs: Tensor, old_logprobs: Tensor, mask: Tensor
 def per_query_kl(seq_log_ratios: Tensor, group_size: int) -> Tensor:
     """(R2) the group estimate of KL(pi_theta(.|x) || pi_old(.|x)): (1/G) sum_i rho_i log rho_i, (num_groups,).
 
-    Unbiased for responses drawn from pi_old; a single group can give a negative estimate.
+    Unbiased only for a theta chosen independently of the G samples; after training on them it misses the mass moved
+    onto unsampled responses and can be negative. A diagnostic: the claims use ``exact_response_kl``.
     """
     log_rho = seq_log_ratios.detach().reshape(-1, group_size)
     return (torch.exp(log_rho) * log_rho).mean(dim=1)
+
+
+def exact_response_kl(new_logprobs: Tensor, behaviour_logprobs: Tensor) -> Tensor:
+    """(R1) the exact KL(pi_theta(.|x) || pi_b(.|x)) = sum_y pi_theta(y) (log pi_theta(y) - log pi_b(y)).
+
+    Inputs (B, R): the log-probability of every one of the R responses of an enumerable response space under each
+    policy (rows are complete distributions). Unlike ``per_query_kl`` it sees mass moved onto unsampled responses,
+    and it is never negative. Returns (B,) float64.
+    """
+    new = new_logprobs.detach().to(torch.float64)
+    old = behaviour_logprobs.detach().to(torch.float64)
+    if new.shape != old.shape or new.dim() != 2:
+        raise ValueError(f"need two (B, R) log-probability tables of one shape, got {tuple(new.shape)}, "
+                         f"{tuple(old.shape)}")
+    for name, table in (("new", new), ("behaviour", old)):
+        mass = torch.logsumexp(table, dim=1).exp()
+        if not bool(torch.allclose(mass, torch.ones_like(mass), atol=1e-3)):
+            raise ValueError(f"{name} rows are not complete distributions (total mass {mass.tolist()})")
+    return (new.exp() * (new - old)).sum(dim=1)
 
 
 def outside_clip_fraction(log_ratios: Tensor, mask: Tensor, eps_low: float = 0.2, eps_high: float = 0.2) -> float:

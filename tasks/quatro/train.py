@@ -24,10 +24,20 @@ from tasks.common.tiny_lm import build_tiny_gpt2, save_model, tiny_gpt2_config, 
 from tasks.quatro import method
 from tasks.quatro.baselines import ADVANTAGE_SCALE, is_quatro, policy_loss
 from tasks.quatro.config import Algorithm, QuatroConfig, RLConfig
-from tasks.quatro.data import VOCAB_SIZE, load_prompt_stream, prompt_ids, rewards, sequence_length, sft_batch
+from tasks.quatro.data import (
+    VOCAB_SIZE,
+    all_responses,
+    load_prompt_stream,
+    prompt_ids,
+    rewards,
+    sequence_length,
+    sft_batch,
+)
 
 SFT_DIR = "sft"
 LAMBDA_INIT = 1.0  # dual ascent's starting lambda for a prompt seen for the first time
+DRIFT_STEPS = 10  # the first steps over which the drift statistic (exact KL to the behaviour policy) is averaged
+DRAWDOWN_WINDOW = 10  # steps of the moving mean whose best value the final reward is compared with
 
 
 def cell_name(epochs: int, lr: float) -> str:
@@ -42,6 +52,18 @@ def cells(rl_cfg: RLConfig) -> list[tuple[int, float]]:
     return [(int(e), float(lr)) for e, lr in rl_cfg.cells]
 
 
+def cell_algorithms(rl_cfg: RLConfig, epochs: int) -> list[Algorithm]:
+    """The algorithms run in a cell: all of them off-policy (mu > 1), ``on_policy_algorithms`` at mu = 1."""
+    if epochs == 1 and rl_cfg.on_policy_algorithms is not None:
+        return [a for a in rl_cfg.algorithms if a in rl_cfg.on_policy_algorithms]
+    return list(rl_cfg.algorithms)
+
+
+def planned_runs(rl_cfg: RLConfig) -> list[tuple[Algorithm, int, float]]:
+    """(algorithm, epochs, lr) of every RL run of a seed, cell by cell."""
+    return [(a, e, lr) for e, lr in cells(rl_cfg) for a in cell_algorithms(rl_cfg, e)]
+
+
 @dataclass
 class RunLog:
     """Per-step curves of one RL run and the per-query KLs of every active group."""
@@ -49,9 +71,11 @@ class RunLog:
     reward: list[float] = field(default_factory=list)
     entropy: list[float] = field(default_factory=list)          # -mean log pi_old(y_t) over sampled tokens
     outside_clip: list[float] = field(default_factory=list)     # mean over the epochs of the batch
-    median_kl: list[float] = field(default_factory=list)        # median over active groups after the last epoch
+    median_kl: list[float] = field(default_factory=list)        # sample estimate (diagnostic), median of active groups
     lambda_mean: list[float] = field(default_factory=list)
-    kl_values: list[float] = field(default_factory=list)
+    kl_values: list[float] = field(default_factory=list)        # sample estimate per active group (diagnostic)
+    exact_kl_values: list[float] = field(default_factory=list)  # exact KL to the behaviour policy per active group
+    exact_kl_mean: list[float] = field(default_factory=list)    # exact KL per step, mean over all the batch's prompts
 
 
 def duals(advantages: torch.Tensor, group_size: int, keys: list[int], rl_cfg: RLConfig,
@@ -69,22 +93,35 @@ def duals(advantages: torch.Tensor, group_size: int, keys: list[int], rl_cfg: RL
 @dataclass(frozen=True)
 class PromptBatch:
     """One RL step's prompts: ids (B, P) left-padded with ``mask``, a key per prompt (dual ascent's state) and the
-    verifier ``score(completion_ids (B * G, T)) -> rewards (B * G,)`` (rows of a prompt contiguous)."""
+    verifier ``score(completion_ids (B * G, T)) -> rewards (B * G,)`` (rows of a prompt contiguous). ``responses``
+    (R, T): the whole response space when it can be enumerated (then the exact per-query KL is logged), else None."""
 
     ids: torch.Tensor
     mask: torch.Tensor | None
     keys: list[int]
     score: Callable[[torch.Tensor], torch.Tensor]
+    responses: torch.Tensor | None = None
+
+
+@torch.no_grad()
+def response_logprob_table(model: torch.nn.Module, prompts: torch.Tensor, responses: torch.Tensor) -> torch.Tensor:
+    """log pi(y | x) of every response y (R, T) after every unpadded prompt x (B, P): (B, R) float64."""
+    b, p = prompts.shape
+    r, t = responses.shape
+    ids = torch.cat([prompts.repeat_interleave(r, dim=0), responses.repeat(b, 1)], dim=1)
+    logp = torch.log_softmax(model(input_ids=ids).logits[:, p - 1:p + t - 1].double(), dim=-1)
+    return logp.gather(2, ids[:, p:].unsqueeze(2)).squeeze(2).sum(dim=1).reshape(b, r)
 
 
 def digit_batches(stream: np.ndarray, cfg: QuatroConfig) -> list[PromptBatch]:
     """The sum-to-target prompt stream (steps, prompts_per_step) as PromptBatches."""
     g, task = cfg.rl.group_size, cfg.task
+    space = all_responses(task)
     out = []
     for step_targets in stream:
         t = torch.tensor(step_targets)
         out.append(PromptBatch(prompt_ids(t, task), None, [int(v) for v in step_targets],
-                               lambda ids, t=t: rewards(ids, t.repeat_interleave(g), task)))
+                               lambda ids, t=t: rewards(ids, t.repeat_interleave(g), task), space))
     return out
 
 
@@ -106,6 +143,9 @@ def rl_run(policy: torch.nn.Module, algorithm: Algorithm, epochs: int, lr: float
         adv = rl.group_advantages(reward, g, scale=ADVANTAGE_SCALE[algorithm])
         lambdas = duals(adv, g, batch.keys, rl_cfg, ascent_state) if is_quatro(algorithm) else None
         mask = ro.completion_mask
+        enumerable = batch.responses is not None and batch.mask is None
+        behaviour_table = (response_logprob_table(lagged.behaviour, batch.ids, batch.responses) if enumerable
+                           else None)
         outside, lam_stats = [], []
         for _ in range(epochs):
             new = rl.rollout_logprobs(policy, ro)
@@ -129,6 +169,11 @@ def rl_run(policy: torch.nn.Module, algorithm: Algorithm, epochs: int, lr: float
                                                                 rl_cfg.lam_min)
         active_kl = kl[active].tolist()
         log.kl_values += active_kl
+        if behaviour_table is not None:
+            exact = method.exact_response_kl(response_logprob_table(policy, batch.ids, batch.responses),
+                                             behaviour_table)
+            log.exact_kl_values += exact[active].tolist()
+            log.exact_kl_mean.append(float(exact.mean()))
         log.reward.append(float(reward.mean()))
         log.entropy.append(float(-ro.old_logprobs[mask].mean()))
         log.outside_clip.append(float(np.mean(outside)))
@@ -150,18 +195,37 @@ def warm_start(cfg: QuatroConfig, seed: int) -> tuple[GPT2LMHeadModel, list[floa
     return model, losses
 
 
+def reward_drawdown(reward: list[float], window: int = DRAWDOWN_WINDOW) -> float:
+    """Best ``window``-step moving mean of the training reward minus the final reward (mean of the last fifth):
+    how far a run has fallen from its own best (>= 0 up to the window/tail difference; 0 = no fall)."""
+    tail = max(1, len(reward) // 5)
+    width = min(window, len(reward))
+    moving = np.convolve(np.asarray(reward, dtype=float), np.ones(width) / width, mode="valid")
+    return float(moving.max() - np.mean(reward[-tail:]))
+
+
+def _quantile(values: list[float], q: float) -> float:
+    return float(np.quantile(values, q)) if values else float("nan")
+
+
 def summarise(result: SeedResult, log: RunLog, name: str) -> SeedResult:
     """Add one run's summary metrics (final = mean of the last fifth of the steps), curves and per-query KLs."""
     tail = max(1, len(log.reward) // 5)
+    drift = log.exact_kl_mean[:DRIFT_STEPS]
     return result.add({f"{name}_final_reward": float(np.mean(log.reward[-tail:])),
+                       f"{name}_reward_drawdown": reward_drawdown(log.reward),
                        f"{name}_final_train_entropy": float(np.mean(log.entropy[-tail:])),
                        f"{name}_outside_clip": float(np.mean(log.outside_clip)),
-                       f"{name}_median_kl": float(np.median(log.kl_values)) if log.kl_values else float("nan"),
+                       f"{name}_median_kl": _quantile(log.kl_values, 0.5),
+                       f"{name}_exact_kl_median": _quantile(log.exact_kl_values, 0.5),
+                       f"{name}_exact_kl_p90": _quantile(log.exact_kl_values, 0.9),
+                       f"{name}_drift_kl": float(np.mean(drift)) if drift else float("nan"),
                        f"{name}_active_groups": float(len(log.kl_values))},
                       curves={f"{name}_reward": log.reward, f"{name}_entropy": log.entropy,
                               f"{name}_outside_clip": log.outside_clip, f"{name}_median_kl": log.median_kl,
-                              f"{name}_lambda_mean": log.lambda_mean},
-                      tables={f"{name}_kl": [{"kl": v} for v in log.kl_values]})
+                              f"{name}_exact_kl_mean": log.exact_kl_mean, f"{name}_lambda_mean": log.lambda_mean},
+                      tables={f"{name}_kl": [{"kl": v} for v in log.kl_values],
+                              f"{name}_exact_kl": [{"kl": v} for v in log.exact_kl_values]})
 
 
 def train(cfg: QuatroConfig, seed: int, data_dir: Path, model_dir: Path, device: str = "cpu",
@@ -176,7 +240,7 @@ def train(cfg: QuatroConfig, seed: int, data_dir: Path, model_dir: Path, device:
         sft, sft_losses = warm_start(cfg, seed)
     save_model(sft, Path(model_dir) / SFT_DIR)
     result.add(curves={"sft_loss": sft_losses})
-    runs = [(a, e, lr) for e, lr in cells(cfg.rl) for a in cfg.rl.algorithms]
+    runs = planned_runs(cfg.rl)
     for i, (algorithm, epochs, lr) in enumerate(runs):
         name = run_name(algorithm, epochs, lr)
         policy = copy.deepcopy(sft)

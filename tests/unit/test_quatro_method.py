@@ -354,3 +354,68 @@ def test_per_sample_objective_exact_with_a_non_unit_advantage():
     assert float(grad) == pytest.approx(0.5 - 0.25 * (1 + math.log(2)), abs=1e-15)
     assert float(method.objective_grad_wrt_ratio(rho.detach(), torch.tensor(0.5, dtype=F64), 0.25)) == pytest.approx(
         float(grad), abs=1e-15)
+
+
+def exact_kl_checks() -> bool:
+    p = torch.tensor([[0.7, 0.2, 0.1], [0.5, 0.25, 0.25]], dtype=torch.float64)
+    q = torch.tensor([[0.2, 0.3, 0.5], [0.25, 0.25, 0.5]], dtype=torch.float64)
+    kl = method.exact_response_kl(p.log(), q.log())
+    by_hand = [0.7 * math.log(3.5) + 0.2 * math.log(2 / 3) + 0.1 * math.log(0.2), 0.25 * math.log(2)]
+    return all(abs(a - b) < 1e-12 for a, b in zip(kl.tolist(), by_hand, strict=True))
+
+
+def test_exact_response_kl_hand_values_and_bad_inputs():
+    assert exact_kl_checks()
+    with pytest.raises(ValueError, match="complete distributions"):
+        method.exact_response_kl(torch.log(torch.tensor([[0.5, 0.2]])), torch.log(torch.tensor([[0.5, 0.5]])))
+    with pytest.raises(ValueError, match="shape"):
+        method.exact_response_kl(torch.zeros(3), torch.zeros(3))
+
+
+def test_negative_control_reversed_kl_is_caught(monkeypatch):
+    monkeypatch.setattr(method, "exact_response_kl", lambda new, old: (old.exp() * (old - new)).sum(dim=1))
+    assert not exact_kl_checks()
+
+
+def test_exact_kl_sees_mass_moved_off_the_samples_where_the_sample_estimate_goes_negative():
+    """The review's blocker in miniature: 4 responses, the group sampled responses 0 and 1 once each; training moved
+    mass from them onto response 3. (1/G) sum rho log rho on the samples is negative, the exact KL is positive."""
+    old = torch.tensor([[0.4, 0.4, 0.1, 0.1]], dtype=torch.float64)
+    new = torch.tensor([[0.3, 0.3, 0.1, 0.3]], dtype=torch.float64)
+    sample_log_rho = torch.log(torch.tensor([0.3 / 0.4, 0.3 / 0.4], dtype=torch.float64))
+    assert float(method.per_query_kl(sample_log_rho, 2)) == pytest.approx(0.75 * math.log(0.75))  # < 0
+    exact = float(method.exact_response_kl(new.log(), old.log()))
+    assert exact == pytest.approx(0.6 * math.log(0.75) + 0.3 * math.log(3)) and exact > 0
+
+
+def test_vectorised_group_duals_equal_the_scalar_bisection():
+    gen = torch.Generator().manual_seed(5)
+    rewards = (torch.rand(40, 8, generator=gen) < 0.3).double()
+    rewards[0] = 1.0  # all correct: skipped
+    rewards[1] = torch.tensor([1.0] * 7 + [0.0])  # feasibility limit log(8/7) = 0.134: above delta 0.05, below 0.2
+    adv = (rewards - rewards.mean(dim=1, keepdim=True)).reshape(-1)
+    vector = method.group_duals(adv, 8, DELTA)
+    scalar = [method.solve_dual_bisection(g, DELTA) for g in adv.reshape(-1, 8)]
+    assert vector.tolist() == pytest.approx(scalar, rel=1e-10, abs=1e-12)
+    assert float(vector[0]) == 0.0 and float(vector[1]) == pytest.approx(0.728588645786732, rel=1e-9)
+    assert float(method.group_duals(adv[8:16], 8, 0.2)[0]) == pytest.approx(1e-3)  # delta >= the limit: floor
+    huge = torch.tensor([7e3] + [-1e3] * 7, dtype=torch.float64)  # KL at lam_max still above delta: ceiling
+    assert float(method.group_duals(huge, 8, DELTA)[0]) == pytest.approx(1e3)
+    assert method.solve_dual_bisection(huge, DELTA) == pytest.approx(1e3)
+
+
+def test_negative_control_degenerate_groups_not_skipped_is_caught(monkeypatch):
+    monkeypatch.setattr(method, "is_degenerate", lambda adv: False)
+    assert method.solve_dual_bisection(torch.zeros(8, dtype=torch.float64), DELTA) != 0.0
+
+
+def test_dual_solver_reference_vectors_scalar_and_vectorised():
+    """C2: the scalar bisection's reference vectors, and the vectorised solver the runs use agreeing with it."""
+    assert dual_solver_checks()
+    test_vectorised_group_duals_equal_the_scalar_bisection()
+
+
+def test_both_stabilisers_gradient_reference_values():
+    """C3: the literal stabiliser's closed-form gradient and the generalised one's (A - lambda log rho)."""
+    assert stabiliser_reference_values()
+    test_generalised_stabiliser_has_the_same_expectation_and_gradient_a_minus_lambda_log_rho()
