@@ -85,16 +85,30 @@ def mined_pair(window: int = 0) -> tuple[list[int], int, list[method.Mismatch], 
     return sequence, len(prompt), method.mine_mismatches(target, draft, sequence, len(prompt), window), target
 
 
-def test_diff_zero_is_the_log_prob_gap():
+def diff_zero_check() -> bool:
+    """Every mined diff_0 equals log p_T(y_m | Y_<m) - log p_T(d_m | Y_<m), is >= 0, and sits in the response."""
     sequence, start, mismatches, target = mined_pair(0)
     assert len(mismatches) >= 3  # a random draft disagrees with the target
     with torch.no_grad():
         logp = torch.log_softmax(target(input_ids=torch.tensor([sequence])).logits[0].double(), dim=-1)
+    ok = True
     for mm in mismatches:
         gap = float(logp[mm.position - 1, mm.original] - logp[mm.position - 1, mm.substitute])
-        assert mm.diff == pytest.approx(gap, abs=1e-5)
-        assert mm.diff >= 0  # y_m is the target's argmax
-        assert start <= mm.position <= len(sequence) - 2
+        ok &= mm.diff == pytest.approx(gap, abs=1e-5)
+        ok &= mm.diff >= 0  # y_m is the target's argmax
+        ok &= start <= mm.position <= len(sequence) - 2
+    return bool(ok)
+
+
+def test_diff_zero_is_the_log_prob_gap():
+    assert diff_zero_check()
+
+
+def test_negative_control_swapped_diff_zero_is_caught(monkeypatch):
+    # diff_N with original and substituted terms swapped (the sign flipped): the same check must fail
+    diff_n = method.diff_n
+    monkeypatch.setattr(method, "diff_n", lambda lo, ls, m, d, n: -diff_n(lo, ls, m, d, n))
+    assert not diff_zero_check()
 
 
 def recomputed_diffs(sequence: list[int], mismatches: list[method.Mismatch], target, window: int) -> list[float]:
@@ -219,7 +233,8 @@ def lossless_check() -> tuple[bool, bool]:
     target = method.MemoLM(target_model, top_k=3, keep_hidden=True)
     draft = method.MemoLM(draft_model)
     head = method.JudgeHead(np.zeros(32), np.ones(32), np.full(32, 0.1), 0.0)
-    rules = [method.ExactRule(), method.JudgeRule(head, 0.0), method.TopKRule(1)]
+    # threshold 1e-12 runs the head on every mismatch (threshold 0 returns the match mask before the head)
+    rules = [method.ExactRule(), method.JudgeRule(head, 0.0), method.JudgeRule(head, 1e-12), method.TopKRule(1)]
     same, lossy_differs = True, False
     for prompt in ([3, 1, 4], [2, 7, 1, 8, 2], [5], [9, 9, 8]):
         reference = plain_greedy(target_model, prompt, 16)
@@ -239,6 +254,14 @@ def test_exact_and_threshold_zero_are_lossless():
 
 def test_negative_control_accepting_every_proposal_is_caught(monkeypatch):
     monkeypatch.setattr(method, "accepted_length", lambda mask: len(mask))
+    same, _ = lossless_check()
+    assert not same
+
+
+def test_negative_control_inverted_head_comparison_is_caught(monkeypatch):
+    # a judge that accepts a mismatch when p_head >= threshold (instead of <) breaks losslessness at 1e-12
+    monkeypatch.setattr(method, "judge_accept_mask",
+                        lambda match, probs, t: [bool(m) or p >= t for m, p in zip(match, probs)])
     same, _ = lossless_check()
     assert not same
 

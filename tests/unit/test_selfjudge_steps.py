@@ -104,6 +104,25 @@ def test_negative_control_nearest_point_instead_of_interpolation(monkeypatch):
     assert claim_numbers()["arith_judge_minus_topk_at_equal_speed"] != pytest.approx(0.25)
 
 
+def test_speed_bracket_gap_exact_values():
+    # judge sweep speeds 2, 3, 4 (plus exact's 2 at threshold 0): top-2 at 2.5 and AutoJudge at 3.5 each sit
+    # between two points 1 token per call apart
+    m = claim_numbers()
+    assert m["arith_topk_speed_bracket_gap"] == pytest.approx(1.0)
+    assert m["arith_autojudge_speed_bracket_gap"] == pytest.approx(1.0)
+    points = [(2.0, 0.9), (2.2, 0.9), (4.4, 0.1), (7.0, 0.05)]
+    assert claim_metrics.bracket_gap(points, 3.2) == pytest.approx(2.2)
+    assert claim_metrics.bracket_gap(points, 2.1) == pytest.approx(0.2)
+    assert claim_metrics.bracket_gap(points, 4.4) == 0.0
+    assert math.isnan(claim_metrics.bracket_gap(points, 1.9)) and math.isnan(claim_metrics.bracket_gap(points, 7.5))
+
+
+def test_negative_control_bracket_gap_over_the_whole_sweep(monkeypatch):
+    # a gap measured over the whole sweep (first to last point) would call every comparison coarse
+    monkeypatch.setattr(claim_metrics, "bracket_gap", lambda pts, s: max(p[0] for p in pts) - min(p[0] for p in pts))
+    assert claim_numbers()["arith_topk_speed_bracket_gap"] != pytest.approx(1.0)
+
+
 def test_a_lossless_violation_is_counted():
     table = decoding_table()
     table[2]["identical_to_target"] = 7
