@@ -70,6 +70,13 @@ def test_negative_control_index_shift_breaks_diff_n(monkeypatch):
     assert not diff_table_check()
 
 
+def test_diff_n_at_the_ends_of_the_valid_range():
+    # m = 1, d = 2, N = 1: orig max rows 0, 1 = 5, 4 (mean 4.5); sub orig[0, 2] = 1, max sub row 1 = 4 (mean 2.5)
+    assert method.diff_n(table_orig(), table_sub(), 1, 2, 1) == pytest.approx(2.0)
+    # m = 7 = L - 1: no continuation row is left (truncated window); orig max row 6 = 8 against orig[6, 4] = 1
+    assert method.diff_n(table_orig(), table_sub(), 7, 4, 2) == pytest.approx(7.0)
+
+
 def test_diff_n_rejects_positions_outside_the_sequence():
     with pytest.raises(ValueError, match="m must lie"):
         method.diff_n(table_orig(), table_sub(), 0, 1, 2)
