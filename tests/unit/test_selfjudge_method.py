@@ -335,6 +335,22 @@ def test_autojudge_labels_exact():
     length = lambda ids: len(ids)  # noqa: E731
     # with the response length as the 'answer', a jump forward shortens the response
     assert method.autojudge_labels(CountingModel(), items, 20, EOS, length) == [1, 1, 1]
+    # the original token put back: the regeneration stops at eos like the original, so the length is unchanged
+    # (a regeneration that ran past eos to the token budget would change it)
+    assert method.autojudge_labels(CountingModel(), [(sequence, 3, 3, 1)], 20, EOS, length) == [0]
+
+
+class CountingLM(CountingModel):
+    """CountingModel with the keyword MemoLM passes (no hidden states kept)."""
+
+    def forward(self, input_ids, output_hidden_states=False):
+        return super().forward(input_ids)
+
+
+def test_greedy_generate_stops_at_eos():
+    # counting from 7: 8, 9, 10, then eos (11) ends the generation within the budget of 20
+    assert method.greedy_generate(method.MemoLM(CountingLM()), [5, 7], 20, EOS) == [8, 9, 10, EOS]
+    assert method.greedy_generate(method.MemoLM(CountingLM()), [5, 7], 2, EOS) == [8, 9]  # the budget
 
 
 # ------------------------------------------------------------------------------------------- labels, head
