@@ -403,6 +403,46 @@ def test_fit_judge_head_matches_sklearn_and_separates():
         method.fit_judge_head(x, np.zeros(400, dtype=int), 0.25, [1.0], 0)
 
 
+def head_data() -> tuple[np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(400, 5)) * [1, 2, 3, 1, 1] + 4
+    return x, (x[:, 0] + 0.3 * rng.normal(size=400) > 4).astype(int)
+
+
+def sklearn_head(x: np.ndarray, y: np.ndarray, c: float):
+    from sklearn.linear_model import LogisticRegression
+    from sklearn.preprocessing import StandardScaler
+
+    order = np.random.default_rng(0).permutation(len(y))
+    val, train = order[:100], order[100:]
+    scaler = StandardScaler().fit(x[train])
+    model = LogisticRegression(C=c, max_iter=2000).fit(scaler.transform(x[train]), y[train])
+    return scaler, model, method.auroc(model.decision_function(scaler.transform(x[val])), y[val])
+
+
+def test_fit_judge_head_uses_the_given_c():
+    # one strong regularisation: the head must be sklearn's at C = 1e-3, whose probabilities differ from C = 1's
+    x, y = head_data()
+    head = method.fit_judge_head(x, y, 0.25, [1e-3], seed=0)
+    scaler, ref, _ = sklearn_head(x, y, 1e-3)
+    _, unregularised, _ = sklearn_head(x, y, 1.0)
+    z = scaler.transform(x[:20])
+    assert head.c == 1e-3
+    assert np.allclose(head.probability(x[:20]), ref.predict_proba(z)[:, 1], atol=1e-9)
+    assert not np.allclose(ref.predict_proba(z)[:, 1], unregularised.predict_proba(z)[:, 1], atol=1e-3)
+
+
+def test_fit_judge_head_keeps_the_first_best_c():
+    # C chosen by the largest validation AUROC, the first one on ties; the grid's last C is not the choice
+    x, y = head_data()
+    grid = [1.0, 1e-2, 1e-6]
+    scores = [sklearn_head(x, y, c)[2] for c in grid]
+    expected = grid[int(np.argmax(scores))]  # argmax returns the first maximum
+    assert expected != grid[-1]
+    head = method.fit_judge_head(x, y, 0.25, grid, seed=0)
+    assert head.c == expected and head.val_auroc == pytest.approx(max(scores))
+
+
 def test_accuracy_at_speed_exact():
     points = [(1.0, 0.9), (3.0, 0.4), (2.0, 0.6), (2.0, 0.8)]  # equal speeds averaged: (2, 0.7)
     assert method.accuracy_at_speed(points, 1.5) == pytest.approx(0.8)
