@@ -48,10 +48,11 @@ bench: install
 ## Mutation testing of tasks/<slug>/method.py against tests/unit/test_<slug>_*.py (slow; not in `test`).
 ## `make mutation SLUG=coda` one paper, `make mutation` every paper in params.yaml; RETRY=1 re-tests
 ## only the last run's survivors; SAMPLE=N a seeded sample of N mutants; FUNCTIONS='f g*' only those
-## functions; MUTATION_JOBS=N mutants in parallel (default 2). See docs/testing.md.
+## functions; TESTS='method exact' only those test files; MUTATION_JOBS=N mutants in parallel (default 2).
+## See docs/testing.md.
 mutation:
 	@python -c "import mutmut" 2>/dev/null || { echo "mutmut missing: $(BIN)/pip install 'mutmut>=3.8,<4' (or make install)"; exit 1; }
-	python tools/mutation.py $(SLUG) $(if $(RETRY),--retry) $(if $(SAMPLE),--sample $(SAMPLE)) $(if $(FUNCTIONS),--functions $(FUNCTIONS))
+	python tools/mutation.py $(SLUG) $(if $(RETRY),--retry) $(if $(SAMPLE),--sample $(SAMPLE)) $(if $(FUNCTIONS),--functions $(FUNCTIONS)) $(if $(TESTS),--tests $(TESTS))
 
 clean-outputs:
 	rm -rf data models reports/*/figures reports/*/plots mlflow.db mlartifacts .prefect .mutation

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import resource
 import subprocess
 import sys
 import tempfile
@@ -43,12 +44,21 @@ def isolated_root(root: Path) -> dict[str, str]:
                 REPRO_MLARTIFACTS=str(root / "mla"))
 
 
-def flow_seconds(slug: str, profile: str, runner: str, root: Path) -> float:
+def children_cpu_seconds() -> float:
+    """User + system CPU seconds of every finished child process so far (Dask workers included once they exit)."""
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def flow_seconds(slug: str, profile: str, runner: str, root: Path) -> tuple[float, float]:
+    """(wall seconds, CPU seconds) of one paper's whole flow. The CPU seconds do not grow with other jobs on
+    the machine, so on a loaded machine they bound what two idle cores would need: wall >= cpu / 2."""
     env = isolated_root(root)
+    cpu_before = children_cpu_seconds()
     start = time.perf_counter()
     subprocess.run([sys.executable, "-m", "flows.stage", slug, "--phase", "all", "--profile", profile,
                     "--runner", runner], cwd=REPO, env=env, check=True, capture_output=True)
-    return time.perf_counter() - start
+    return time.perf_counter() - start, children_cpu_seconds() - cpu_before
 
 
 def direct_seconds(slug: str, profile: str, root: Path) -> float:
@@ -120,8 +130,10 @@ def main() -> None:
         for slug in papers:
             row = {"paper": slug}
             for runner in args.runners:
-                row[f"{runner}_s"] = round(flow_seconds(slug, args.profile, runner, Path(tmp) / slug / runner), 1)
-                print(f"{slug}: {runner} {row[f'{runner}_s']} s", flush=True)
+                wall, cpu = flow_seconds(slug, args.profile, runner, Path(tmp) / slug / runner)
+                row[f"{runner}_s"], row[f"{runner}_cpu_s"] = round(wall, 1), round(cpu, 1)
+                print(f"{slug}: {runner} {wall:.1f} s wall, {cpu:.1f} s CPU (load {os.getloadavg()[0]:.1f})",
+                      flush=True)
             if args.direct:
                 row["direct_s"] = round(direct_seconds(slug, args.profile, Path(tmp) / slug / "direct"), 1)
                 row["overhead_ratio"] = round(row[f"{args.runners[0]}_s"] / row["direct_s"], 3)

@@ -57,13 +57,18 @@ def run_stage(slug: str, phase: str, profile: str | None, seeds: list[int] | Non
 
     # The data phase is one small task: it always runs on threads.
     flow = with_runner(load_flow(slug), runner if phase != "data" else "threads", dask_address)
+    from tasks.common import interrupts
     from tasks.common.paper_flow import RunError
 
+    previous_handlers = interrupts.install()
     try:
         result = flow(profile=spec.profile, seeds=list(spec.seeds), phase=phase)
     except RunError as err:
         print(f"error: {err}", file=sys.stderr)
         return 1
+    finally:
+        interrupts.forget_all()
+        interrupts.restore(previous_handlers)
     if phase not in ("data", "train"):
         verdicts = result.get("verdicts", {})
         print(f"[{slug}] profile={spec.profile} seeds={list(spec.seeds)}: "

@@ -5,6 +5,7 @@
     python tools/mutation.py <slug> --retry        # reuse the last run, re-test only its survivors
     python tools/mutation.py <slug> --sample 150   # a seeded random sample of the mutants (score +- CI)
     python tools/mutation.py <slug> --functions 'kappa*' 'merge*'   # only mutants of these functions
+    python tools/mutation.py <slug> --tests method exact  # only test_<slug>_method.py, test_<slug>_exact.py
 
 Per paper, mutmut 3 mutates exactly `tasks/<slug>/method.py` and runs, per mutant, only the tests
 of `tests/unit/test_<slug>_*.py` that call the mutated function. No per-paper setup: each paper gets
@@ -56,8 +57,10 @@ def papers() -> list[str]:
     return list(yaml.safe_load((REPO / "params.yaml").read_text())["papers"])
 
 
-def test_files(slug: str) -> list[str]:
-    return sorted(str(p.relative_to(REPO)) for p in (REPO / "tests" / "unit").glob(f"test_{slug}_*.py"))
+def test_files(slug: str, kinds: list[str] | None = None) -> list[str]:
+    """tests/unit/test_<slug>_<kind>.py for each kind glob (default: every kind)."""
+    found = {p for kind in (kinds or ["*"]) for p in (REPO / "tests" / "unit").glob(f"test_{slug}_{kind}.py")}
+    return sorted(str(p.relative_to(REPO)) for p in found)
 
 
 def equivalents(slug: str) -> dict[str, str]:
@@ -72,8 +75,8 @@ def equivalents(slug: str) -> dict[str, str]:
     return found
 
 
-def mutmut_section(slug: str, jobs_timeout_multiplier: float) -> str:
-    tests = test_files(slug)
+def mutmut_section(slug: str, timeout_multiplier: float, kinds: list[str] | None) -> str:
+    tests = test_files(slug, kinds)
     return "\n".join([
         "",
         "[tool.mutmut]",
@@ -83,8 +86,8 @@ def mutmut_section(slug: str, jobs_timeout_multiplier: float) -> str:
         # -p no:timeout: pytest-timeout's signal handler would turn mutmut's CPU-time limit into a failure
         # report instead of a timeout; mutmut enforces its own limit (timeout_multiplier x clean duration).
         'pytest_add_cli_args = ["-p", "no:timeout", "-W", "ignore"]',
-        f"timeout_multiplier = {jobs_timeout_multiplier}",
-        "timeout_constant = 2.0",
+        f"timeout_multiplier = {timeout_multiplier}",
+        "timeout_constant = 10.0",
         # Error messages and exception types are not formulas: a mutated message is equivalent by construction.
         """do_not_mutate_patterns = ['^\\s*raise\\s']""",
         "use_git_change_detection = false",
@@ -93,11 +96,11 @@ def mutmut_section(slug: str, jobs_timeout_multiplier: float) -> str:
     ])
 
 
-def prepare(slug: str, fresh: bool) -> Path:
+def prepare(slug: str, fresh: bool, kinds: list[str] | None = None) -> Path:
     if not (REPO / "tasks" / slug / "method.py").is_file():
         raise SystemExit(f"mutation: tasks/{slug}/method.py does not exist")
-    if not test_files(slug):
-        raise SystemExit(f"mutation: no unit tests tests/unit/test_{slug}_*.py for {slug}")
+    if not test_files(slug, kinds):
+        raise SystemExit(f"mutation: no unit tests tests/unit/test_{slug}_{{{','.join(kinds or ['*'])}}}.py")
     work = SCRATCH / slug
     if fresh and work.exists():
         shutil.rmtree(work)
@@ -107,7 +110,12 @@ def prepare(slug: str, fresh: bool) -> Path:
         if (REPO / name).exists() and not link.is_symlink():
             link.symlink_to(REPO / name)
     # pytest inside mutants/ must see the project's pytest settings (markers, addopts), hence a full copy.
-    (work / "pyproject.toml").write_text((REPO / "pyproject.toml").read_text() + mutmut_section(slug, 5.0))
+    # Timeout: mutmut's CPU-time limit is (wall time of the tests in the clean run + 10) x 2 x 2; the clean-run
+    # times are wall times on a shared machine (upper bounds of CPU time), so x2 is generous and keeps a
+    # mutant that loops (a bound mutated) from holding a worker for minutes. The +10 s covers pytest's own
+    # start-up in each worker (collection, imports), which a +1 s constant did not: cheap tests then hit
+    # the limit and counted as false timeouts (seen on order_sensitivity's full run).
+    (work / "pyproject.toml").write_text((REPO / "pyproject.toml").read_text() + mutmut_section(slug, 2.0, kinds))
     return work
 
 
@@ -116,6 +124,10 @@ def mutmut(work: Path, args: list[str]) -> int:
     # The tests must import the mutated copy in mutants/, never the checkout (PYTHONPATH would put it first).
     env.pop("PYTHONPATH", None)
     env["PYTHONDONTWRITEBYTECODE"] = "1"
+    # One thread per worker: mutmut's timeout is CPU time, and torch's intra-op threads would make a mutant's
+    # CPU time exceed the wall time its tests took in the clean run (a false timeout).
+    for name in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
+        env[name] = "1"
     return subprocess.run([sys.executable, "-m", "mutmut", *args], cwd=work, env=env).returncode
 
 
@@ -177,7 +189,7 @@ def diffs(work: Path, slug: str, names: list[str]) -> str:
                           text=True).stdout
 
 
-def summarise(slug: str, work: Path, seconds: float, selected: list[str] | None) -> dict:
+def summarise(slug: str, work: Path, seconds: float, selected: list[str] | None, sampled: bool) -> dict:
     generated = statuses(work, slug)
     wanted = set(selected) if selected is not None else set(generated)
     status = {name: s for name, s in generated.items() if name in wanted}
@@ -189,10 +201,13 @@ def summarise(slug: str, work: Path, seconds: float, selected: list[str] | None)
     detected = sum(counts[s] for s in DETECTED)
     survivors = {name: s for name, s in sorted(counted.items()) if s not in DETECTED}
     score = detected / len(counted) if counted else float("nan")
+    # Conservative reading: a timeout may come from a slow machine rather than a looping mutant.
+    killed_only = (detected - counts["timeout"]) / len(counted) if counted else float("nan")
     low, high = wilson(detected, len(counted))
-    summary = {"slug": slug, "generated": len(generated), "mutants": len(status), "sampled": selected is not None,
+    summary = {"slug": slug, "generated": len(generated), "mutants": len(status), "sampled": sampled,
                "equivalent": sum(1 for name in equivalent if name in status), "interval95": [low, high],
                "counted": len(counted), "detected": detected, "counts": dict(counts), "score": score,
+               "score_without_timeouts": killed_only,
                "seconds": round(seconds, 1), "survivors": survivors, "stale_equivalents": stale,
                "detected_but_listed_equivalent": detected_but_listed}
     (work / "summary.json").write_text(json.dumps(summary, indent=2))
@@ -208,7 +223,8 @@ def print_summary(summary: dict) -> None:
     if summary["sampled"]:
         low, high = summary["interval95"]
         print(f"   sampled: 95% interval of the score {100 * low:.1f}% .. {100 * high:.1f}%")
-    print("   " + ", ".join(f"{name} {n}" for name, n in sorted(counts.items())))
+    print("   " + ", ".join(f"{name} {n}" for name, n in sorted(counts.items()))
+          + f"; score counting timeouts as not detected: {100 * summary['score_without_timeouts']:.1f}%")
     if summary["survivors"]:
         print(f"   not detected ({len(summary['survivors'])}), diffs in .mutation/{summary['slug']}/survivors.diff:")
         for name, status in summary["survivors"].items():
@@ -219,8 +235,9 @@ def print_summary(summary: dict) -> None:
         print(f"   WARNING: docs/testing.md lists {name} as equivalent, but the tests detect it: remove it")
 
 
-def run_paper(slug: str, retry: bool, jobs: int, functions: list[str], sample: int | None) -> dict:
-    work = prepare(slug, fresh=not retry)
+def run_paper(slug: str, retry: bool, jobs: int, functions: list[str], sample: int | None,
+              kinds: list[str] | None = None) -> dict:
+    work = prepare(slug, fresh=not retry, kinds=kinds)
     start = time.monotonic()
     previous = list(json.loads((work / "summary.json").read_text())["survivors"]) if retry and (
         work / "summary.json").exists() else []
@@ -238,7 +255,9 @@ def run_paper(slug: str, retry: bool, jobs: int, functions: list[str], sample: i
         raise SystemExit(f"mutation: mutmut failed for {slug} (exit {code}); see its output above")
     if selected is not None and previous:
         selected = sorted(set(selected) | set(previous))
-    summary = summarise(slug, work, time.monotonic() - start, selected)
+    summary = summarise(slug, work, time.monotonic() - start, selected, sampled=sample is not None)
+    summary["tests"] = test_files(slug, kinds)
+    (work / "summary.json").write_text(json.dumps(summary, indent=2))
     print_summary(summary)
     return summary
 
@@ -251,12 +270,15 @@ def main(argv: list[str] | None = None) -> int:
                         help="mutants tested in parallel (default 2, env MUTATION_JOBS)")
     parser.add_argument("--sample", type=int, default=None, help="test a seeded random sample of this many mutants")
     parser.add_argument("--functions", nargs="+", default=[], help="only mutants of functions matching these globs")
+    parser.add_argument("--tests", nargs="+", default=None, metavar="KIND",
+                        help="only tests/unit/test_<slug>_<KIND>.py (globs, e.g. method exact); default all")
     args = parser.parse_args(argv)
     known = papers()
     unknown = [s for s in args.slugs if s not in known and not (REPO / "tasks" / s / "method.py").is_file()]
     if unknown:
         parser.error(f"unknown paper(s) {unknown}: not in params.yaml papers and no tasks/<slug>/method.py")
-    results = [run_paper(slug, args.retry, args.jobs, args.functions, args.sample) for slug in (args.slugs or known)]
+    results = [run_paper(slug, args.retry, args.jobs, args.functions, args.sample, args.tests)
+               for slug in (args.slugs or known)]
     if len(results) > 1:
         print("\n| paper | detected / counted | score | equivalent | mutants | seconds |")
         print("|---|---|---|---|---|---|")

@@ -32,6 +32,7 @@ from prefect.artifacts import create_progress_artifact, update_progress_artifact
 from prefect.cache_policies import INPUTS, TASK_SOURCE
 from prefect.futures import as_completed
 
+from tasks.common import interrupts
 from tasks.common.codehash import code_version
 from tasks.common.contract import Paper, load_paper, step_module_name
 from tasks.common.devices import pick_device
@@ -39,7 +40,14 @@ from tasks.common.env import configure, repo_root
 from tasks.common.io import read_json, remove_partials, write_json
 from tasks.common.params import RunSpec, resolve_run
 from tasks.common.results import SeedResult
-from tasks.common.steps import PaperPaths, log_seed_run, paper_paths, parent_run, publish_claims
+from tasks.common.steps import (
+    PaperPaths,
+    current_flow_run_id,
+    log_seed_run,
+    paper_paths,
+    parent_run,
+    publish_claims,
+)
 
 Phase = Literal["data", "train", "evaluate", "run", "all"]
 PHASES: tuple[str, ...] = ("data", "train", "evaluate", "run", "all")
@@ -51,6 +59,19 @@ WORKERS = 3
 class RunError(RuntimeError):
     """A condition the user fixes (a phase's input missing, an output folder not writable): the command line
     prints its message as one line and the next step, with no traceback."""
+
+
+def check_parquet_files(slug: str, data_dir: Path) -> None:
+    """Every parquet file of the data phase has a readable footer (a cheap read of its metadata), so a
+    truncated file is named before any seed trains on it, not in a traceback from inside a seed."""
+    import pyarrow.parquet as pq
+
+    for path in sorted(data_dir.rglob("*.parquet")):
+        try:
+            pq.read_metadata(path)
+        except (OSError, ValueError) as err:
+            raise RunError(f"{path}: not a readable parquet file ({err}); regenerate the data: "
+                           f"python -m flows.stage {slug} --phase data") from None
 
 
 def check_writable(folders: Sequence[Path]) -> None:
@@ -160,26 +181,45 @@ def make_figures(slug: str, config: Any, results: list[dict], figures_dir: str, 
     return [str(p) for p in made if p is not None]
 
 
-def train_record_valid(model_dir: Path, seed: int, code: str, params_hash: str) -> bool:
-    """A seed's training can be reused: its marker matches the code and params, and the checkpoints
-    on disk are the ones the marker recorded (a deleted or changed file means retrain)."""
+def train_record_problem(model_dir: Path, seed: int, code: str, params_hash: str) -> str | None:
+    """Why a seed's training cannot be reused, or None when it can: its marker must match the code and
+    params, and the checkpoints on disk must be the ones the marker recorded (sha256), so a truncated,
+    changed or deleted checkpoint is retrained, never loaded."""
     marker = train_marker(model_dir, seed)
+    if not marker.exists():
+        return "not trained yet"
     try:
         record = read_json(marker)
     except (OSError, ValueError):
-        return False
-    return (record.get("code_version") == code and record.get("params_hash") == params_hash
-            and record.get("checkpoints") == checkpoint_digest(seed_dir(model_dir, seed)))
+        return f"{marker} is unreadable (truncated?)"
+    if record.get("code_version") != code:
+        return "the code train.py imports has changed"
+    if record.get("params_hash") != params_hash:
+        return "the params have changed"
+    recorded, on_disk = record.get("checkpoints") or {}, checkpoint_digest(seed_dir(model_dir, seed))
+    changed = sorted(name for name in set(recorded) | set(on_disk) if recorded.get(name) != on_disk.get(name))
+    if changed:
+        return "checkpoint files differ from the ones training wrote (corrupt, changed or missing): " + ", ".join(
+            str(seed_dir(model_dir, seed) / name) for name in changed)
+    return None
+
+
+def train_record_valid(model_dir: Path, seed: int, code: str, params_hash: str) -> bool:
+    return train_record_problem(model_dir, seed, code, params_hash) is None
 
 
 def train_all_seeds(spec: RunSpec, paths: PaperPaths, device: str) -> list[dict]:
     """Train every seed (cached), write each seed's marker once Prefect persisted it; sorted by seed."""
     code = code_version([step_module_name(spec.slug, "train")])
-    futures = [train_seed.with_options(refresh_cache=not train_record_valid(paths.models, s, code, spec.params_hash))
+    problems = {s: train_record_problem(paths.models, s, code, spec.params_hash) for s in spec.seeds}
+    for seed, problem in problems.items():
+        if problem is not None and problem != "not trained yet":
+            get_run_logger().warning("%s seed %d: training again: %s", spec.slug, seed, problem)
+    futures = [train_seed.with_options(refresh_cache=problems[s] is not None)
                .submit(spec.slug, spec.config, s, str(paths.data), str(paths.models), device, code, spec.params_hash)
                for s in spec.seeds]
     records = []
-    for future in as_completed(futures):
+    for future in interrupts.interruptible(as_completed(futures)):
         record = future.result()
         marker = train_marker(paths.models, record["seed"])
         if not train_record_valid(paths.models, record["seed"], code, spec.params_hash):
@@ -208,7 +248,7 @@ def evaluate_all_seeds(spec: RunSpec, paths: PaperPaths, device: str, trained: l
         futures.append(evaluate_seed.with_options(refresh_cache=missing).submit(
             spec.slug, spec.config, seed, str(paths.data), str(paths.models), device, code, record["checkpoints"]))
     evaluated = {}
-    for future in as_completed(futures):
+    for future in interrupts.interruptible(as_completed(futures)):
         result = future.result()
         write_json(evaluation_path(paths.reports, result["seed"]), result)
         evaluated[result["seed"]] = result
@@ -232,6 +272,10 @@ def run_paper(slug: str, profile: str | None, seeds: Sequence[int] | None, phase
         raise ValueError(f"phase: must be one of {'|'.join(PHASES)}, got {phase!r}")
     spec = resolve_run(slug, profile, seeds)
     configure(spec.profile)
+    interrupts.opened(flow_run_id=current_flow_run_id())
+    # Again inside the flow: Prefect's engine puts its own SIGTERM bridge in place for the flow run, and a
+    # thread-pool flow would otherwise wait for every seed to finish before stopping.
+    interrupts.install()
     paper = load_paper(slug)
     paths = paper_paths(slug, spec.profile)
     writes = {"data": [paths.data], "train": [paths.models], "evaluate": [paths.reports],
@@ -246,7 +290,8 @@ def run_paper(slug: str, profile: str | None, seeds: Sequence[int] | None, phase
         return {"phase": "data", "data": str(paths.data)}
     if not paths.data.is_dir():
         raise RunError(f"{slug}: no data under {paths.data}: run the data phase first "
-                           f"(python -m flows.stage {slug} --phase data)")
+                       f"(python -m flows.stage {slug} --phase data)")
+    check_parquet_files(slug, paths.data)
     device = pick_device(spec.config.device)
     import torch
 

@@ -14,7 +14,7 @@ import numpy as np
 from prefect import task
 from prefect.artifacts import create_markdown_artifact, create_table_artifact
 
-from tasks.common import tracking
+from tasks.common import interrupts, tracking
 from tasks.common.claims import claims_markdown, evaluate_claims, load_claims, write_claims
 from tasks.common.devices import describe_device
 from tasks.common.env import repo_root
@@ -76,6 +76,7 @@ def parent_run(spec: RunSpec, device: str) -> Iterator[str]:
     tags = tracking.provenance_tags(spec.profile, spec.seeds, spec.params_hash, describe_device(device),
                                     current_flow_run_id())
     run_id = tracking.start_run(spec.slug, f"{spec.slug}-{spec.profile}", tags | {"kind": "flow"})
+    interrupts.opened(mlflow_run_id=run_id)
     status = "FAILED"
     try:
         tracking.log_params(run_id, {"profile": spec.profile, "seeds": list(spec.seeds)}
@@ -84,6 +85,7 @@ def parent_run(spec: RunSpec, device: str) -> Iterator[str]:
         status = "FINISHED"
     finally:
         tracking.end_run(run_id, status)
+        interrupts.closed(mlflow_run_id=run_id)
 
 
 @task(name="log-seed-run")

@@ -32,6 +32,9 @@ def claim_metrics(config: DiffdtConfig, result: SeedResult) -> dict[str, float]:
         "airm_ratio_geometric_euclidean": m["geometric_airm_error"] / m["euclidean_airm_error"],  # C4b
         "euclidean_frobenius_over_no_change": m["euclidean_frobenius_error"] / m["no_change_frobenius_error"],
         "geometric_airm_over_no_change": m["geometric_airm_error"] / m["no_change_airm_error"],
+        # each brain model's error over its own latent's floor (true increments encoded and decoded)
+        "geometric_airm_over_latent_floor": m["geometric_airm_error"] / m["geometric_latent_floor_airm"],
+        "euclidean_airm_over_latent_floor": m["euclidean_airm_error"] / m["euclidean_latent_floor_airm"],
         "geometric_spd_valid_rate": rate(m["geometric_spd_valid_count"], m["brain_test_count"]),  # C4a
         "euclidean_spd_invalid_count": m["brain_test_count"] - m["euclidean_spd_valid_count"],
         "euclidean_spd_invalid_rate": rate(m["brain_test_count"] - m["euclidean_spd_valid_count"],
@@ -48,4 +51,8 @@ def claim_metrics(config: DiffdtConfig, result: SeedResult) -> dict[str, float]:
         pairs = m["intervention_pair_count"]
         out["intervention_sign_agreement"] = rate(m["intervention_agree_count"], pairs)  # C5
         out["intervention_true_positive_share"] = rate(m["intervention_true_positive_count"], pairs)
+        # C5: a constant-sign predictor scores the majority-sign rate; the model must beat it
+        majority = max(out["intervention_true_positive_share"], 1.0 - out["intervention_true_positive_share"])
+        out["intervention_majority_sign_rate"] = majority
+        out["intervention_agreement_over_majority"] = out["intervention_sign_agreement"] - majority
     return out

@@ -161,9 +161,14 @@ def measure_intervention(cfg: DiffdtConfig, model: method.EventBackbone, data: C
     rows = [{"sdoh": cohort.SDOH_CODES[j], "code": k, "true_delta": float(true_delta[j, k]),
              "model_delta": float(predicted[j, k])} for j in range(n_sdoh) for k in range(true_delta.shape[1])]
     scored = np.abs(true_delta) > icfg.min_abs_effect
+    # pairs whose true delta is exactly 0 (no SDoH path to the code): the model's mean delta there is its bias
+    null = true_delta == 0
     return {"intervention_agree_count": agree, "intervention_pair_count": trials,
             "intervention_true_positive_count": int((true_delta[scored] > 0).sum()),
-            "intervention_spearman": rho}, rows
+            "intervention_spearman": rho,
+            "intervention_null_pair_count": int(null.sum()),
+            "intervention_null_model_delta_mean": float(predicted[null].mean()) if null.any() else float("nan"),
+            "intervention_model_positive_share": float((predicted > 0).mean())}, rows
 
 
 def evaluate(cfg: DiffdtConfig, seed: int, data_dir: Path, model_dir: Path, device: str = "cpu",

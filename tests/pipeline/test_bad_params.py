@@ -70,3 +70,16 @@ def test_an_unwritable_reports_folder_fails_before_any_compute(tmp_path):
     last = result.stderr.strip().splitlines()[-1]
     assert last.startswith("error: ") and "reports/arm_ebm: not writable" in last
     assert not (root / "data" / "arm_ebm").exists() and not (root / "models" / "arm_ebm").exists()
+
+
+@pytest.mark.usefixtures("prefect_server")
+def test_a_truncated_parquet_file_is_named_before_training(tmp_path):
+    root = make_output_root(tmp_path / "project")
+    assert run_stage(root, "arm_ebm", "--phase", "data", "--seeds", "0").returncode == 0
+    victim = sorted((root / "data" / "arm_ebm").rglob("*.parquet"))[0]
+    victim.write_bytes(victim.read_bytes()[:-20])
+    result = run_stage(root, "arm_ebm", "--phase", "train", "--seeds", "0")
+    assert result.returncode == 1, result.stderr[-3000:]
+    last = result.stderr.strip().splitlines()[-1]
+    assert last.startswith(f"error: {victim}: not a readable parquet file") and "--phase data" in last
+    assert not (root / "models" / "arm_ebm" / "seed0").exists()

@@ -161,3 +161,23 @@ def test_network_guard_catches_a_connection(tmp_path):
                             cwd=REPO, env=project_env(tmp_path, PYTHONPATH=f"{tmp_path}{os.pathsep}{REPO}"),
                             capture_output=True, text=True, timeout=60)
     assert "example.com" in record.read_text(), result.stdout + result.stderr
+
+
+def test_a_truncated_checkpoint_is_retrained_with_a_warning_naming_it(tmp_path):
+    """A checkpoint cut short after training (disk full, a bad copy) is never loaded: the train phase names the
+    file on one warning line and trains that seed again; an intact seed is reused (issue 21)."""
+    root = make_output_root(tmp_path / "project")
+    env = project_env(root)
+    seeds = ["--seeds", "0", "1"]
+    assert run_stage(root, "arm_ebm", "--phase", "data", *seeds, env=env).returncode == 0
+    assert run_stage(root, "arm_ebm", "--phase", "train", *seeds, env=env).returncode == 0
+    intact = seed_files(root / "models" / "arm_ebm" / "seed1")
+    checkpoint = root / "models" / "arm_ebm" / "seed0" / "gpt2_arm" / "model.safetensors"
+    whole = checkpoint.read_bytes()
+    checkpoint.write_bytes(whole[: len(whole) // 2])
+    again = run_stage(root, "arm_ebm", "--phase", "train", *seeds, env=env)
+    assert again.returncode == 0, again.stderr[-3000:]
+    warnings = [line for line in (again.stdout + again.stderr).splitlines() if "training again" in line]
+    assert len(warnings) == 1 and "seed 0" in warnings[0] and str(checkpoint) in warnings[0], warnings
+    assert checkpoint.read_bytes() == whole  # retrained to the same bytes (seeded, deterministic)
+    assert seed_files(root / "models" / "arm_ebm" / "seed1") == intact

@@ -29,6 +29,7 @@ async def _deployment_names() -> set[str]:
 
 def test_serve_deployment_runs_through_the_api(tmp_path):
     params = yaml.safe_load((REPO / "params.yaml").read_text())
+    params["profile"] = "smoke"  # the deployment runs smoke: its outputs are then the committed ones
     root = make_output_root(tmp_path / "project", yaml.safe_dump(params))
     serve = subprocess.Popen([sys.executable, "-m", "flows.cli", "serve", "--profile", "smoke", "--seeds", "0",
                               "--cron", "0 3 * * *"], cwd=REPO, env=project_env(root), start_new_session=True,

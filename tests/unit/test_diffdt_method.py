@@ -409,6 +409,11 @@ def test_sign_agreement_exact():
     assert method.sign_agreement(pred, true, 0.01) == (2, 4)
 
 
+def test_sign_agreement_excludes_effects_exactly_at_the_bar():
+    # |true| = 0.25 equals the bar: not scored (strictly greater); only the 0.5 entry counts
+    assert method.sign_agreement(np.array([1.0, -1.0]), np.array([0.25, 0.5]), 0.25) == (0, 1)
+
+
 # --- negative controls of the remaining claim quantities ----------------------------------------------------------
 
 

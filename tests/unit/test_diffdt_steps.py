@@ -71,16 +71,18 @@ def test_sequences_by_hand():
     assert edited[1].tolist()[-2:] == [v.sdoh(0), v.NO_EVENT]  # inserted at the baseline visit
 
 
-def seed_result() -> SeedResult:
+def seed_result(true_positive_count: int = 8) -> SeedResult:
     return SeedResult(0).add(
         auc_delphi_linked=0.60, auc_delphi_other=0.62, auc_delphi_sdoh_linked=0.66, auc_delphi_sdoh_other=0.61,
         auc_diffdt_linked=0.70, auc_diffdt_other=0.64, auc_oracle_linked=0.75, auc_oracle_other=0.7,
         auc_oracle_record_linked=0.68, auc_oracle_history_linked=0.61,
         geometric_airm_error=1.0, euclidean_airm_error=4.0, no_change_airm_error=2.0, euclidean_frobenius_error=0.3,
+        geometric_latent_floor_airm=0.5, euclidean_latent_floor_airm=1.6,
         no_change_frobenius_error=0.6, geometric_spd_valid_count=50, euclidean_spd_valid_count=40,
         brain_test_count=50, energy_heart_cond=0.1, energy_heart_uncond=0.2, energy_liver_cond=0.4,
         energy_liver_uncond=0.1, energy_kidney_cond=0.5, energy_kidney_uncond=0.5,
-        intervention_agree_count=9, intervention_pair_count=12, intervention_true_positive_count=8)
+        intervention_agree_count=9, intervention_pair_count=12,
+        intervention_true_positive_count=true_positive_count)
 
 
 def test_claim_metrics_by_hand():
@@ -92,10 +94,16 @@ def test_claim_metrics_by_hand():
                 "geometric_airm_over_no_change": 0.5, "geometric_spd_valid_rate": 1.0,
                 "euclidean_spd_invalid_count": 10, "euclidean_spd_invalid_rate": 0.2,
                 "energy_ratio_cond_uncond": (0.5 * 4 * 1) ** (1 / 3), "intervention_sign_agreement": 0.75,
-                "intervention_true_positive_share": 8 / 12}
+                "intervention_true_positive_share": 8 / 12,
+                "geometric_airm_over_latent_floor": 2.0, "euclidean_airm_over_latent_floor": 2.5,
+                "intervention_majority_sign_rate": 8 / 12, "intervention_agreement_over_majority": 0.75 - 8 / 12}
     assert set(out) == set(expected)
     for name, value in expected.items():
         assert out[name] == pytest.approx(value, abs=1e-12), name
+    # a negative majority: 3 of 12 true effects positive, so the constant 'negative' predictor scores 0.75
+    negative = claim_metrics.claim_metrics(None, seed_result(true_positive_count=3))
+    assert negative["intervention_majority_sign_rate"] == pytest.approx(0.75)
+    assert negative["intervention_agreement_over_majority"] == pytest.approx(0.0, abs=1e-12)
     assert math.isnan(claim_metrics.rate(1, 0)) and math.isnan(claim_metrics.geometric_mean([1.0, 0.0]))
 
 

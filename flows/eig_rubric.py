@@ -1,0 +1,15 @@
+"""Flow of eig_rubric (copy to flows/<slug>.py; the body is tasks/common/paper_flow.py)."""
+
+from prefect import flow
+
+from tasks.common.paper_flow import Phase, flow_options, run_paper
+
+SLUG = "eig_rubric"
+
+
+@flow(**flow_options(SLUG))
+def eig_rubric(profile: str | None = None, seeds: list[int] | None = None, phase: Phase = "all") -> dict:
+    return run_paper(SLUG, profile, seeds, phase)
+
+
+FLOW = eig_rubric

@@ -1,0 +1,133 @@
+"""Stopping a run on Ctrl-C or SIGTERM within seconds, with its records closed.
+
+Seeds train on threads, which Python cannot stop: waiting for them takes minutes, and an embedded Prefect
+server killed by the same Ctrl-C makes every seed fail on connection errors meanwhile. So on the first
+SIGINT or SIGTERM (what a scheduler sends) the handler marks the open MLflow runs FAILED and the Prefect flow
+runs Cancelled, best effort and for at most ``GRACE_S`` seconds, then ends the process at once
+(``os._exit``). Nothing finished is lost: every output is written atomically (``tasks/common/io.py``), and a
+trained seed is persisted by Prefect and marked by its ``train.json``, so a rerun resumes at the first seed
+that had not finished.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import os
+import queue
+import signal
+import sys
+import threading
+from collections.abc import Iterable, Iterator
+from typing import TypeVar
+
+T = TypeVar("T")
+POLL_S = 0.25
+_DONE = object()
+
+GRACE_S = 5.0
+OPEN_MLFLOW_RUNS: set[str] = set()
+OPEN_FLOW_RUNS: set[str] = set()
+_lock = threading.Lock()
+
+
+def opened(mlflow_run_id: str | None = None, flow_run_id: str | None = None) -> None:
+    with _lock:
+        if mlflow_run_id:
+            OPEN_MLFLOW_RUNS.add(mlflow_run_id)
+        if flow_run_id:
+            OPEN_FLOW_RUNS.add(flow_run_id)
+
+
+def closed(mlflow_run_id: str | None = None, flow_run_id: str | None = None) -> None:
+    with _lock:
+        OPEN_MLFLOW_RUNS.discard(mlflow_run_id)
+        OPEN_FLOW_RUNS.discard(flow_run_id)
+
+
+def forget_all() -> None:
+    """The flow has ended (Prefect recorded its final state): nothing is left to close."""
+    with _lock:
+        OPEN_MLFLOW_RUNS.clear()
+        OPEN_FLOW_RUNS.clear()
+
+
+def close_open_runs(reason: str) -> None:
+    """Mark every open MLflow run FAILED and every open Prefect flow run Cancelled (with ``reason``)."""
+    from tasks.common import tracking
+
+    with _lock:
+        mlflow_runs, flow_runs = sorted(OPEN_MLFLOW_RUNS), sorted(OPEN_FLOW_RUNS)
+    for run_id in mlflow_runs:
+        tracking.set_tags(run_id, {"interrupted": reason})
+        tracking.end_run(run_id, "FAILED")
+        closed(mlflow_run_id=run_id)
+    if flow_runs:
+        from prefect.client.orchestration import get_client
+        from prefect.states import Cancelled
+
+        with get_client(sync_client=True) as client:
+            for flow_run_id in flow_runs:
+                client.set_flow_run_state(flow_run_id, Cancelled(message=reason), force=True)
+                closed(flow_run_id=flow_run_id)
+
+
+def _close_quietly(reason: str) -> None:
+    try:
+        close_open_runs(reason)
+    except Exception as err:  # noqa: BLE001 - the process ends next whatever failed here
+        print(f"could not close every run record ({type(err).__name__}: {err})", file=sys.stderr, flush=True)
+
+
+def stop_now(signum: int, _frame: object = None) -> None:
+    """The signal handler: close the records (bounded), then exit with 128 + signum (130 for Ctrl-C)."""
+    name = signal.Signals(signum).name
+    print(f"\n{name}: stopping; finished seeds are kept and a rerun resumes from them", file=sys.stderr, flush=True)
+    closer = threading.Thread(target=_close_quietly, args=(f"stopped by {name}",), daemon=True)
+    closer.start()
+    closer.join(GRACE_S)
+    sys.stderr.flush()
+    os._exit(128 + signum)
+
+
+def interruptible(items: Iterable[T]) -> Iterator[T]:
+    """Iterate a blocking iterator (``prefect.futures.as_completed``) in a helper thread and hand its items
+    over with waits of ``POLL_S`` seconds. A Python signal handler runs only in the main thread, once that
+    thread executes bytecode: when the kernel delivers Ctrl-C to a training thread, a main thread parked in an
+    untimed lock wait (what ``as_completed`` does) would sleep through it until every seed had finished.
+    Exceptions of the iterator are raised here; the helper copies the caller's context (Prefect's run context).
+    """
+    handoff: queue.Queue = queue.Queue()
+    context = contextvars.copy_context()
+
+    def pump() -> None:
+        try:
+            for item in items:
+                handoff.put((True, item))
+        except BaseException as err:  # noqa: BLE001 - re-raised in the caller's thread
+            handoff.put((False, err))
+        handoff.put((True, _DONE))
+
+    threading.Thread(target=context.run, args=(pump,), daemon=True, name="interruptible-wait").start()
+    while True:
+        try:
+            ok, item = handoff.get(timeout=POLL_S)
+        except queue.Empty:
+            continue
+        if not ok:
+            raise item
+        if item is _DONE:
+            return
+        yield item
+
+
+def install() -> dict[int, object]:
+    """Route SIGINT and SIGTERM to :func:`stop_now` (from the main thread, before the flow starts); returns the
+    previous handlers for :func:`restore`. Off the main thread (a flow called from a worker) it does nothing."""
+    if threading.current_thread() is not threading.main_thread():
+        return {}
+    return {sig: signal.signal(sig, stop_now) for sig in (signal.SIGINT, signal.SIGTERM)}
+
+
+def restore(previous: dict[int, object]) -> None:
+    for sig, handler in previous.items():
+        signal.signal(sig, handler)

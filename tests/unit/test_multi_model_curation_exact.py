@@ -1,0 +1,201 @@
+"""multi_model_curation method: exact values on non-degenerate inputs (two coupled models with unequal
+targets, betas and shares), computed by a plain-Python recursion beside the library, each with a
+negative control that monkeypatches a broken variant into `method` (issue 20: the influence estimate at
+beta = 0, where the central difference must turn one-sided)."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from tasks.multi_model_curation import method as m
+
+MIXING = [[0.3, 0.4], [0.25, 0.45]]
+SHARE = [0.3, 0.3]
+TARGETS = [1.5, -0.5]
+REAL_MEAN, REAL_VAR = 0.2, 0.8
+
+
+def spec(beta: list[float]) -> m.LoopSpec:
+    return m.LoopSpec("two", np.array(MIXING), np.array(SHARE), np.array(beta), np.array([[t] for t in TARGETS]),
+                      np.array([REAL_MEAN]), REAL_VAR)
+
+
+def step_by_hand(theta: list[float], v: list[float], beta: list[float]) -> tuple[list[float], list[float]]:
+    v_bar = [1 / (1 / vi + b) for vi, b in zip(v, beta)]
+    t_bar = [vb * (t / vi + b * a) for vb, t, vi, b, a in zip(v_bar, theta, v, beta, TARGETS)]
+    new_t, new_v = [], []
+    for i in range(2):
+        mean = SHARE[i] * REAL_MEAN + sum(MIXING[i][j] * t_bar[j] for j in range(2))
+        var = SHARE[i] * (REAL_VAR + (REAL_MEAN - mean) ** 2) + sum(
+            MIXING[i][j] * (v_bar[j] + (t_bar[j] - mean) ** 2) for j in range(2))
+        new_t.append(mean)
+        new_v.append(var)
+    return new_t, new_v
+
+
+def alignment_by_hand(beta: list[float], rounds: int = 400) -> list[float]:
+    theta, v = [REAL_MEAN, REAL_MEAN], [REAL_VAR, REAL_VAR]
+    for _ in range(rounds):
+        theta, v = step_by_hand(theta, v, beta)
+    return [-((t - a) ** 2 + vi) / 2 for t, a, vi in zip(theta, TARGETS, v)]
+
+
+def test_analytic_step_exact_on_two_coupled_models():
+    theta, v = [0.4, -0.1], [0.9, 0.5]
+    got_t, got_v = m.analytic_step(spec([2.0, 0.7]), np.array([[0.4], [-0.1]]), np.array(v))
+    want_t, want_v = step_by_hand(theta, v, [2.0, 0.7])
+    assert np.allclose(got_t[:, 0], want_t, atol=1e-14) and np.allclose(got_v, want_v, atol=1e-14)
+
+
+def influence_at_zero_check() -> bool:
+    """Column 1 (beta_1 = 0): one-sided (A(step) - A(0)) / step; column 0 (beta_0 = 1.2): central."""
+    step = 1e-3
+    got = m.influence_matrix(spec([1.2, 0.0]), step=step, max_rounds=400, tol=0.0)
+    one_sided = (np.array(alignment_by_hand([1.2, step])) - np.array(alignment_by_hand([1.2, 0.0]))) / step
+    central = (np.array(alignment_by_hand([1.2 + step, 0.0])) - np.array(alignment_by_hand([1.2 - step, 0.0]))) / (
+        2 * step)
+    return np.allclose(got[:, 1], one_sided, atol=1e-8) and np.allclose(got[:, 0], central, atol=1e-8)
+
+
+def test_influence_at_beta_zero_is_the_one_sided_difference():
+    one_sided = (np.array(alignment_by_hand([1.2, 1e-3])) - np.array(alignment_by_hand([1.2, 0.0]))) / 1e-3
+    assert np.all(np.abs(one_sided) > 1e-3)  # non-degenerate: beta_1 moves both models' alignment
+    assert influence_at_zero_check()
+
+
+def test_negative_control_central_difference_through_zero_fails(monkeypatch):
+    fixed_point = m.fixed_point
+
+    def influence_without_projection(loop, step=1e-3, max_rounds=2000, tol=1e-13):
+        n = loop.n_models
+        influence = np.zeros((n, n))
+        for j in range(n):
+            low, high = loop.beta.copy(), loop.beta.copy()
+            high[j] += step
+            low[j] = max(0.0, low[j] - step)
+            a_high = fixed_point(loop.with_beta(high), max_rounds, tol).alignment
+            a_low = fixed_point(loop.with_beta(low), max_rounds, tol).alignment
+            influence[:, j] = (a_high - a_low) / (2 * step)  # the central denominator even where clipped
+        return influence
+
+    monkeypatch.setattr(m, "influence_matrix", influence_without_projection)
+    assert not influence_at_zero_check()
+
+
+def test_negative_control_tilt_ignoring_beta_fails(monkeypatch):
+    monkeypatch.setattr(m, "gaussian_tilt", lambda theta, v, beta, targets: (theta.copy(), v.copy()))
+    assert not influence_at_zero_check()
+
+
+def test_chord_effect_exact():
+    got = m.chord_effect(spec([1.2, 0.0]), model=1, beta_low=0.5, beta_high=2.0, max_rounds=400, tol=0.0)
+    want = (np.array(alignment_by_hand([1.2, 2.0])) - np.array(alignment_by_hand([1.2, 0.5]))) / 1.5
+    assert np.allclose(got, want, atol=1e-10)
+
+
+def test_fixed_point_and_iterate_exact():
+    fp = m.fixed_point(spec([1.2, 0.3]), max_rounds=400)
+    assert np.allclose(fp.alignment, alignment_by_hand([1.2, 0.3]), atol=1e-12)
+    assert fp.rounds == 400 and not fp.diverged and fp.radius < 1
+    trajectory = m.iterate_analytic(spec([1.2, 0.3]), rounds=3)
+    theta, v = [REAL_MEAN, REAL_MEAN], [REAL_VAR, REAL_VAR]
+    for t in range(1, 4):
+        theta, v = step_by_hand(theta, v, [1.2, 0.3])
+        assert np.allclose(trajectory.theta[t, :, 0], theta) and np.allclose(trajectory.v[t], v)
+    assert trajectory.alignment.shape == (4, 2)
+    early = m.fixed_point(spec([1.2, 0.3]), max_rounds=400, tol=1e-3)
+    assert early.rounds < 400
+
+
+def test_alignment_and_small_helpers_exact():
+    got = m.alignment(np.array([[1.0, 2.0], [0.0, -1.0]]), np.array([0.5, 2.0]), np.array([[0.0, 1.0], [1.0, 1.0]]))
+    assert np.allclose(got, [-(1 + 1 + 0.5) / 2, -(1 + 4 + 2.0) / 2])
+    assert m.symmetric_coupling(0.2, 0.3).tolist() == [[0.5, 0.3], [0.3, 0.5]]
+    with pytest.raises(ValueError):
+        m.symmetric_coupling(0.2, 0.9)
+    assert m.spectral_radius(np.array([[0.0, 2.0], [-0.5, 0.0]])) == pytest.approx(1.0)
+    assert m.collapse_margin(np.array([0.005, 2.0]), np.array([0.01, 1.0])) == pytest.approx(0.5)
+    assert m.divergence_flag(0.5, np.array([0.005]), np.array([0.01]))
+    assert not m.divergence_flag(0.5, np.array([0.005]), np.array([0.001]))
+    assert m.divergence_flag(0.9991, np.array([1.0]), np.array([1.0]))
+    assert m.divergence_flag(0.5, np.array([2e6]), np.array([1.0]))
+
+
+def test_least_squares_refit_and_training_mixture_counts():
+    phi = np.array([[1.0, 0.0], [0.0, 1.0], [1.0, 1.0]])
+    y = np.array([1.0, 2.0, 2.5])
+    theta, var = m.least_squares_refit(0, phi, y)
+    # normal equations: [[2, 1], [1, 2]] theta = [3.5, 4.5] -> theta = (5/6, 11/6)
+    assert np.allclose(theta, [5 / 6, 11 / 6])
+    assert var == pytest.approx(np.mean((y - phi @ theta) ** 2))
+    real = m.RealData(np.ones((50, 1)), np.arange(50.0))
+    pools = [(np.ones((20, 1)), np.full(20, 100.0)), (np.ones((20, 1)), np.full(20, 200.0))]
+    _, ys = m.training_mixture(spec([1.0, 1.0]), 0, pools, real, 20, np.random.default_rng(0))
+    assert (ys < 50).sum() == 6 and (ys == 100.0).sum() == 6 and (ys == 200.0).sum() == 8
+
+
+# Survivors of `make mutation SLUG=multi_model_curation`: the neural refit and the sampled loop ---------
+
+def test_neural_gaussian_starts_at_the_real_data_state():
+    model = m.NeuralGaussian(dim=2, hidden=4, real_var=0.7, seed=0)
+    phi = np.array([[1.0, -0.5], [0.2, 0.3], [-1.0, 2.0]])
+    assert model.mean(phi).tolist() == [0.0, 0.0, 0.0] and model.variance == pytest.approx(0.7)
+    assert model.mean(phi[:1]).shape == (1,)
+    target = np.array([0.5, -1.0])
+    assert model.alignment(phi, target) == pytest.approx(-(np.mean((phi @ target) ** 2) + 0.7) / 2, rel=1e-6)
+
+
+def test_neural_gaussian_fit_nll_and_first_adam_step_exact():
+    model = m.NeuralGaussian(dim=2, hidden=4, real_var=0.7, seed=0)
+    phi = np.array([[1.0, -0.5], [0.2, 0.3], [-1.0, 2.0]])
+    y = np.array([0.3, -1.2, 2.0])
+    nll = model.fit(phi, y, steps=1, lr=0.1)
+    second_moment = float(np.mean(y**2))
+    assert nll == pytest.approx(0.5 * (math.log(0.7) + second_moment / 0.7), rel=1e-6)  # f = 0 before the step
+    # d nll / d log_var = 0.5 (1 - m2 / v) < 0 here; Adam's first step moves log_var by +lr exactly
+    assert 1 - second_moment / 0.7 < 0
+    assert math.log(model.variance) == pytest.approx(math.log(0.7) + 0.1, abs=1e-6)
+
+
+def test_iterate_neural_first_alignment_and_progress():
+    loop = m.LoopSpec("n", np.array([[0.5]]), np.array([0.5]), np.array([1.0]), np.array([[1.0, -0.5]]),
+                      np.array([0.0, 0.0]), 0.8)
+    real = m.conditional_real_data(64, np.zeros(2), 0.8, np.random.default_rng(1))
+    seen: list[int] = []
+    history, models = m.iterate_neural(loop, rounds=2, n_candidates=2, n_samples=16, real=real,
+                                       rng=np.random.default_rng(2), hidden=4, steps=2, lr=0.01, seed=0,
+                                       eval_size=32, progress=seen.append)
+    phi_eval = np.random.default_rng(2).standard_normal((32, 2))  # the first draw of the loop's rng
+    assert history.shape == (3, 1) and len(models) == 1 and seen == [1, 2]
+    assert history[0, 0] == pytest.approx(-(np.mean((phi_eval @ np.array([1.0, -0.5])) ** 2) + 0.8) / 2, rel=1e-6)
+    with pytest.raises(ValueError):
+        m.iterate_neural(spec([1.0, 1.0]), 1, 2, 4, real, np.random.default_rng(0), 4, 1, 0.01, 0)
+
+
+def test_draw_features_and_empty_pools():
+    assert np.array_equal(m.draw_features(3, 5, np.random.default_rng(4)),
+                          np.random.default_rng(4).standard_normal((5, 3)))
+    assert m.draw_features(1, 3, np.random.default_rng(4)).tolist() == [[1.0], [1.0], [1.0]]
+    loop = m.LoopSpec("one-way", np.array([[0.5, 0.0], [0.5, 0.0]]), np.array([0.5, 0.5]), np.array([1.0, 1.0]),
+                      np.array([[1.0], [2.0]]))
+    pools = m.curated_pools(loop, np.zeros((2, 1)), np.ones(2), 2, 8, np.random.default_rng(0))
+    assert pools[0][0].shape == (8, 1) and pools[0][1].shape == (8,)
+    assert pools[1][0].shape == (0, 1) and pools[1][1].shape == (0,)  # nobody trains on model 1
+
+
+def test_row_sum_tolerance_and_canonical_names():
+    m.LoopSpec("ok", np.array([[0.8 + 5e-10]]), np.array([0.2]), np.array([1.0]), np.array([[1.0]]))
+    with pytest.raises(ValueError):
+        m.LoopSpec("bad", np.array([[0.8 + 5e-9]]), np.array([0.2]), np.array([1.0]), np.array([[1.0]]))
+    assert all(name == loop.name for name, loop in m.canonical_specs().items())
+
+
+def test_curated_moments_chunks_the_draws():
+    got = m.curated_moments(0.3, 1.2, 2.0, 1.0, n_candidates=2, draws=50_003, rng=np.random.default_rng(5))
+    rng = np.random.default_rng(5)
+    kept = np.concatenate([m.curate_gaussian(np.full(n, 0.3), 1.2, 2.0, np.full(n, 1.0), 2, rng)
+                           for n in (50_000, 3)])
+    assert got == (pytest.approx(float(kept.mean()), abs=1e-15), pytest.approx(float(kept.var()), abs=1e-15))

@@ -1,0 +1,375 @@
+"""select_to_think method: exact values on non-degenerate inputs, each computed by hand (plain Python
+on small lists) beside the library, with a negative control that monkeypatches a broken variant into
+`method` and shows the same check fails (issue 20: S2T-Local's selection, its loss composition,
+`frozen_token_kl`'s positions, `collect_groups`' teacher probabilities)."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+
+import pytest
+import torch
+
+from tasks.select_to_think import method
+
+TOL = 1e-5
+
+
+def softmax(row: list[float]) -> list[float]:
+    top = max(row)
+    exps = [math.exp(x - top) for x in row]
+    return [e / sum(exps) for e in exps]
+
+
+def close(a: torch.Tensor, b: list | float, tol: float = TOL) -> bool:
+    return torch.allclose(a.double(), torch.tensor(b, dtype=torch.float64), atol=tol, rtol=0)
+
+
+# S2T-Local's selection: the candidate with the highest score, not the first, not the lowest ----------
+
+SCORES = torch.tensor([[0.2, 0.9, 0.4], [0.7, 0.1, 0.3], [0.3, 0.5, 0.8]])
+CANDIDATES = torch.tensor([[11, 5, 7], [2, 9, 4], [6, 3, 13]])
+
+
+def local_select_check() -> bool:
+    return method.local_select(SCORES, CANDIDATES).tolist() == [5, 2, 13]
+
+
+def test_local_select_takes_the_highest_scoring_candidate():
+    assert local_select_check()
+
+
+def test_negative_control_local_select_lowest_fails(monkeypatch):
+    monkeypatch.setattr(method, "local_select",
+                        lambda s, c: c.gather(-1, s.argmin(-1, keepdim=True)).squeeze(-1))
+    assert not local_select_check()
+
+
+# The four-part loss: each part by hand, then total = ce + hinge + w_kl kl + w_frozen frozen --------
+
+LOSS_SCORES = torch.tensor([[0.3, 1.2, -0.4, 0.8], [0.5, -0.1, 0.9, 0.2]], dtype=torch.float64)
+TEACHER = torch.tensor([[0.1, 0.5, 0.05, 0.15], [0.3, 0.1, 0.2, 0.1]], dtype=torch.float64)  # rows sum 0.8, 0.7
+FROZEN = torch.tensor([0.25, 0.75], dtype=torch.float64)
+WEIGHTS = method.LocalLossWeights(kl_weight=0.3, frozen_kl_weight=0.7, hinge_margin=1.5)
+
+
+def loss_by_hand() -> dict[str, float]:
+    ce, hinge, kl = [], [], []
+    for scores, teacher in zip(LOSS_SCORES.tolist(), TEACHER.tolist()):
+        best = teacher.index(max(teacher))
+        q = softmax(scores)
+        ce.append(-math.log(q[best]))
+        negatives = [s for i, s in enumerate(scores) if i != best]
+        hinge.append(max(0.0, WEIGHTS.hinge_margin - (scores[best] - max(negatives))))
+        target = [t / sum(teacher) for t in teacher]
+        kl.append(sum(t * (math.log(t) - math.log(qi)) for t, qi in zip(target, q)))
+    parts = {"ce": sum(ce) / 2, "hinge": sum(hinge) / 2, "teacher_kl": sum(kl) / 2, "frozen_kl": 0.5}
+    parts["total"] = parts["ce"] + parts["hinge"] + 0.3 * parts["teacher_kl"] + 0.7 * parts["frozen_kl"]
+    return parts
+
+
+def local_loss_check() -> bool:
+    got = method.local_loss(LOSS_SCORES, TEACHER, WEIGHTS, FROZEN)
+    want = loss_by_hand()
+    return set(got) == set(want) and all(abs(float(got[k]) - want[k]) < 1e-9 for k in want)
+
+
+def test_local_loss_parts_and_total_exact():
+    # Non-degenerate: hinge active in row 0 (1.2 - 0.8 < 1.5) and row 1 (0.3 - 0.9 < 0), teacher rows not
+    # normalised, weights distinct from 1 and from each other.
+    want = loss_by_hand()
+    assert want["hinge"] > 0 and want["teacher_kl"] > 0
+    assert local_loss_check()
+
+
+def test_local_loss_without_frozen_kl_is_zero_there():
+    got = method.local_loss(LOSS_SCORES, TEACHER, WEIGHTS, None)
+    want = loss_by_hand()
+    assert float(got["frozen_kl"]) == 0.0
+    assert abs(float(got["total"]) - (want["ce"] + want["hinge"] + 0.3 * want["teacher_kl"])) < 1e-9
+
+
+def _total_with_swapped_weights(scores, teacher, weights, frozen_kl=None):
+    parts = ORIGINAL_LOCAL_LOSS(scores, teacher, weights, frozen_kl)
+    parts["total"] = (parts["ce"] + parts["hinge"] + weights.frozen_kl_weight * parts["teacher_kl"]
+                      + weights.kl_weight * parts["frozen_kl"])
+    return parts
+
+
+ORIGINAL_LOCAL_LOSS = method.local_loss
+BROKEN_LOSS_PARTS: dict[str, Callable] = {
+    "hardest_negative": lambda s, b: s.scatter(-1, b[:, None], float("inf")).min(-1).values,
+    "selection_ce": lambda s, b: torch.nn.functional.cross_entropy(-s, b, reduction="none"),
+    "teacher_kl": lambda s, t: (t * (torch.log(t) - torch.log_softmax(s, -1))).sum(-1),  # not renormalised
+    "local_loss": _total_with_swapped_weights,
+}
+
+
+@pytest.mark.parametrize("name", sorted(BROKEN_LOSS_PARTS))
+def test_negative_control_broken_loss_part_fails(monkeypatch, name):
+    monkeypatch.setattr(method, name, BROKEN_LOSS_PARTS[name])
+    assert not local_loss_check()
+
+
+def test_hinge_loss_exact_with_margin():
+    best = torch.tensor([1, 2])
+    got = method.hinge_loss(LOSS_SCORES, best, margin=0.7)
+    # row 0: 0.7 - (1.2 - 0.8) = 0.3; row 1: 0.7 - (0.9 - 0.5) = 0.3 -> clamp keeps both
+    assert close(got, [0.3, 0.3], 1e-12)
+    assert close(method.hinge_loss(LOSS_SCORES, best, margin=0.2), [0.0, 0.0], 1e-12)
+
+
+# Loss (iv): KL(p_frozen || p_model) averaged over positions p < length, reserved rows masked ------
+
+VOCAB, RESERVED = 5, [3]
+FROZEN_LOGITS = torch.tensor([[[0.1, 0.5, -0.3, 4.0, 0.2], [1.0, 0.0, 0.3, 4.0, -0.5], [0.2, 0.2, 0.9, 4.0, 0.0]],
+                              [[0.4, -0.2, 0.0, 4.0, 0.6], [0.0, 0.8, 0.1, 4.0, 0.3], [2.0, 0.1, 0.1, 4.0, -1.0]]])
+MODEL_LOGITS = torch.tensor([[[0.3, 0.1, 0.2, -2.0, 0.0], [0.2, 0.4, 0.3, -2.0, 0.1], [0.9, 0.0, 0.1, 5.0, 0.4]],
+                             [[0.0, 0.5, 0.3, -2.0, 0.1], [0.7, 0.2, 0.0, 3.0, 0.6], [0.1, 0.1, 1.5, 0.0, 0.2]]])
+LENGTHS = torch.tensor([2, 3])
+
+
+def kl_by_hand(p_logits: list[float], q_logits: list[float]) -> float:
+    keep = [i for i in range(VOCAB) if i not in RESERVED]
+    p = softmax([p_logits[i] for i in keep])
+    q = softmax([q_logits[i] for i in keep])
+    return sum(pi * math.log(pi / qi) for pi, qi in zip(p, q))
+
+
+def frozen_kl_by_hand() -> list[float]:
+    out = []
+    for g, length in enumerate(LENGTHS.tolist()):
+        kls = [kl_by_hand(FROZEN_LOGITS[g, p].tolist(), MODEL_LOGITS[g, p].tolist()) for p in range(length)]
+        out.append(sum(kls) / length)
+    return out
+
+
+def frozen_token_kl_check() -> bool:
+    return close(method.frozen_token_kl(MODEL_LOGITS, FROZEN_LOGITS, LENGTHS, RESERVED), frozen_kl_by_hand())
+
+
+def test_frozen_token_kl_covers_exactly_the_prefix_positions():
+    assert frozen_token_kl_check()
+
+
+BROKEN_FROZEN_KL: dict[str, Callable] = {
+    # direction swapped: KL(p_model || p_frozen)
+    "reverse": lambda logits, frozen, lengths, reserved: ORIGINAL_FROZEN_KL(frozen, logits, lengths, reserved),
+    # one position too many (reads the position of the action token)
+    "off_by_one": lambda logits, frozen, lengths, reserved: ORIGINAL_FROZEN_KL(logits, frozen, lengths + 1, reserved),
+    # reserved rows not masked
+    "unmasked": lambda logits, frozen, lengths, reserved: ORIGINAL_FROZEN_KL(logits, frozen, lengths, []),
+}
+ORIGINAL_FROZEN_KL = method.frozen_token_kl
+
+
+@pytest.mark.parametrize("variant", sorted(BROKEN_FROZEN_KL))
+def test_negative_control_frozen_token_kl_variants_fail(monkeypatch, variant):
+    monkeypatch.setattr(method, "frozen_token_kl", BROKEN_FROZEN_KL[variant])
+    assert not frozen_token_kl_check()
+
+
+# collect_groups: the SLM's top-k ids, the LLM's absolute (not renormalised) probabilities on them --
+
+SLM = torch.tensor([[0.1, 2.0, -1.0, 1.5, 0.3], [1.2, 0.0, 0.4, -0.5, 2.2]])
+LLM = torch.tensor([[0.5, 0.2, 1.1, -0.3, 0.9], [0.0, 1.3, 0.6, 0.2, -0.4]])
+PREFIXES = torch.tensor([[4, 1, 2], [0, 3, 3]])
+
+
+def collect_groups_check() -> bool:
+    groups = method.collect_groups(PREFIXES, SLM, LLM, k=3)
+    want_ids = [[1, 3, 4], [4, 0, 2]]
+    want_probs = [[softmax(LLM[r].tolist())[i] for i in ids] for r, ids in enumerate(want_ids)]
+    return (groups.candidates.tolist() == want_ids and close(groups.teacher_probs, want_probs)
+            and groups.lengths.tolist() == [3, 3] and torch.equal(groups.prefixes, PREFIXES))
+
+
+def test_collect_groups_exact():
+    assert collect_groups_check()
+
+
+def test_collect_groups_copies_the_prefixes():
+    groups = method.collect_groups(PREFIXES, SLM, LLM, k=2)
+    assert groups.prefixes.data_ptr() != PREFIXES.data_ptr()
+
+
+def test_negative_control_collect_groups_renormalised_teacher_fails(monkeypatch):
+    original = method.collect_groups
+
+    def renormalised(prefixes, slm_logits, llm_logits, k):
+        groups = original(prefixes, slm_logits, llm_logits, k)
+        groups.teacher_probs = groups.teacher_probs / groups.teacher_probs.sum(-1, keepdim=True)
+        return groups
+
+    monkeypatch.setattr(method, "collect_groups", renormalised)
+    assert not collect_groups_check()
+
+
+def test_negative_control_collect_groups_slm_probabilities_fail(monkeypatch):
+    monkeypatch.setattr(method, "top_k_candidates", lambda logits, k: logits.topk(k + 0, dim=-1).indices.flip(-1))
+    assert not collect_groups_check()
+
+
+def test_concat_groups_pads_to_the_longest_prefix():
+    a = method.CandidateGroups(torch.tensor([[1, 2]]), torch.tensor([2]), torch.tensor([[3, 4]]),
+                               torch.tensor([[0.2, 0.1]]))
+    b = method.CandidateGroups(torch.tensor([[5, 6, 7, 8]]), torch.tensor([4]), torch.tensor([[9, 1]]),
+                               torch.tensor([[0.3, 0.4]]))
+    joined = method.concat_groups([a, b], pad_id=99)
+    assert joined.prefixes.tolist() == [[1, 2, 99, 99], [5, 6, 7, 8]]
+    assert joined.lengths.tolist() == [2, 4] and joined.candidates.tolist() == [[3, 4], [9, 1]]
+    assert close(joined.teacher_probs, [[0.2, 0.1], [0.3, 0.4]])
+    assert len(joined) == 2 and joined.subset(torch.tensor([1])).prefixes.tolist() == [[5, 6, 7, 8]]
+    empty = method.concat_groups([])
+    assert len(empty) == 0 and empty.prefixes.shape == (0, 1) and empty.candidates.shape == (0, 1)
+    assert empty.prefixes.dtype == empty.lengths.dtype == empty.candidates.dtype == torch.long
+    assert empty.teacher_probs.dtype.is_floating_point
+
+
+# Triggers, candidate sets, bins -----------------------------------------------------------------
+
+def test_kl_and_entropy_on_a_support_smaller_than_the_vocabulary():
+    support = [1, 3, 4]  # SLM row 0's top-3
+    p = softmax([SLM[0, i].item() for i in support])
+    q = softmax([LLM[0, i].item() for i in support])
+    kl = sum(pi * math.log(pi / qi) for pi, qi in zip(p, q))
+    entropy = -sum(pi * math.log(pi) for pi in p)
+    assert close(method.kl_on_support(SLM[:1], LLM[:1], support_size=3), [kl])
+    assert close(method.entropy_on_support(SLM[:1], support_size=3), [entropy])
+    masked = SLM[:1].clone()
+    masked[0, 1] = float("-inf")  # support clipped to the 4 finite logits
+    p4 = softmax([masked[0, i].item() for i in (0, 2, 3, 4)])
+    assert close(method.entropy_on_support(masked, support_size=10), [-sum(x * math.log(x) for x in p4)])
+
+
+def test_threshold_trigger_fires_strictly_above_after_warmup():
+    scores = torch.tensor([0.2, 0.5, 0.7])
+    assert method.threshold_trigger(scores, 0.5, step=3, warmup_steps=3).tolist() == [False, False, True]
+    assert method.threshold_trigger(scores, 0.1, step=2, warmup_steps=3).tolist() == [False, False, False]
+
+
+def test_random_trigger_rate_and_warmup():
+    on = method.random_trigger(4000, 0.25, step=5, warmup_steps=5, generator=torch.Generator().manual_seed(0))
+    assert abs(on.float().mean().item() - 0.25) < 0.03
+    off = method.random_trigger(10, 0.9, step=4, warmup_steps=5, generator=torch.Generator().manual_seed(0))
+    assert not off.any()
+
+
+def test_calibrate_threshold_is_the_quantile():
+    assert method.calibrate_threshold([0.0, 1.0, 2.0, 3.0, 4.0], 0.75) == pytest.approx(3.0)
+    assert method.calibrate_threshold(torch.tensor([[4.0, 0.0], [2.0, 1.0]]), 0.5) == pytest.approx(1.5)
+
+
+def test_ratio_candidates_threshold_is_relative_to_the_max():
+    probs = softmax(SLM[0].tolist())
+    want = [p > 0.3 * max(probs) for p in probs]
+    assert method.ratio_candidates(SLM[:1], 0.3)[0].tolist() == want
+    assert sum(want) not in (1, len(want))  # non-degenerate: some but not all
+
+
+def test_s2t_select_and_takeover_on_a_row_where_they_differ():
+    mask = method.ids_to_mask(torch.tensor([[1, 3, 4]]), VOCAB)
+    assert mask.tolist() == [[False, True, False, True, True]]
+    assert method.s2t_select(LLM[:1], mask).tolist() == [4]  # LLM's best among {1, 3, 4}
+    assert method.takeover_select(LLM[:1]).tolist() == [2]
+
+
+def test_hit_at_k_exact():
+    hits = method.hit_at_k(SLM, LLM, ks=[1, 3, 5])
+    # LLM argmax: row 0 -> 2 (SLM rank 5), row 1 -> 1 (SLM rank 4)
+    assert hits[1].tolist() == [False, False] and hits[3].tolist() == [False, False]
+    assert hits[5].tolist() == [True, True]
+    assert method.hit_at_k(SLM, LLM, ks=[4])[4].tolist() == [False, True]
+
+
+def test_bin_score_exact_on_unequal_logits():
+    logits = torch.tensor([0.3, -0.2, 1.1, 0.4])
+    p = softmax(logits.tolist())
+    assert close(method.bin_score(logits), sum(pi * b / 3 for b, pi in enumerate(p)))
+    assert method.bin_ids(7, 3) == [7, 8, 9]
+
+
+def test_cut_and_mask_keeps_only_in_vocabulary_reserved_rows():
+    logits = torch.arange(12.0).reshape(2, 6)
+    cut = method.cut_and_mask(logits, [2, 7], vocab_size=4)
+    assert cut.shape == (2, 4) and torch.isinf(cut[:, 2]).all()
+    assert cut[:, [0, 1, 3]].tolist() == [[0.0, 1.0, 3.0], [6.0, 7.0, 9.0]]
+    assert torch.isinf(method.cut_and_mask(logits, [5], None)[:, 5]).all()
+
+
+def test_candidate_inputs_exact_rows_and_positions():
+    prefixes = torch.tensor([[3, 4, 5], [6, 7, 8]])
+    rows, at = method.candidate_inputs(prefixes, torch.tensor([2, 3]), torch.tensor([[1, 2], [9, 0]]), pad_id=0)
+    assert rows.tolist() == [[3, 4, 1, 0], [3, 4, 2, 0], [6, 7, 8, 9], [6, 7, 8, 0]]
+    assert at.tolist() == [2, 2, 3, 3]
+
+
+def test_frozen_rows_change_reads_only_the_non_reserved_rows():
+    before = torch.zeros(4, 2)
+    after = before.clone()
+    after[1] = torch.tensor([0.5, -2.0])  # reserved: ignored
+    after[2] = torch.tensor([-0.25, 0.125])
+    assert method.frozen_rows_change(before, after, reserved=[1]) == pytest.approx(0.25)
+
+
+# Survivors of `make mutation SLUG=select_to_think` ---------------------------------------------------
+
+def test_local_select_with_leading_batch_dimensions():
+    scores = torch.stack([SCORES, SCORES.flip(-1)])  # (2, 3, 3): two batches of three groups
+    candidates = torch.stack([CANDIDATES, CANDIDATES])
+    assert method.local_select(scores, candidates).tolist() == [[5, 2, 13], [5, 4, 6]]
+
+
+def _tiny_model():
+    from tasks.common import tiny_lm
+
+    config = tiny_lm.tiny_gpt2_config(12, 16, n_layer=1, n_head=2, n_embd=8)
+    config.tie_word_embeddings = False
+    return tiny_lm.build_tiny_gpt2(config, seed=3).eval()
+
+
+def candidate_scores_check() -> bool:
+    model, reserved = _tiny_model(), [8, 9, 10, 11]
+    prefixes = torch.tensor([[1, 2, 3], [4, 5, 0]])
+    lengths = torch.tensor([3, 2])
+    candidates = torch.tensor([[6, 7], [2, 1]])
+    with torch.no_grad():
+        got = method.candidate_scores(model, prefixes, lengths, candidates, reserved)
+    want = []
+    for g, length in enumerate(lengths.tolist()):
+        row = []
+        for c in candidates[g].tolist():
+            ids = torch.tensor([prefixes[g, :length].tolist() + [c]])
+            with torch.no_grad():
+                bins = model(input_ids=ids).logits[0, -1, reserved].tolist()
+            p = softmax(bins)
+            row.append(sum(pi * b / 3 for b, pi in enumerate(p)))
+        want.append(row)
+    return close(got, want, 1e-5)
+
+
+def test_candidate_scores_read_the_reserved_bins_at_the_candidate_position():
+    assert candidate_scores_check()
+
+
+def test_negative_control_candidate_scores_on_the_wrong_rows_fail(monkeypatch):
+    original = method.candidate_scores
+    monkeypatch.setattr(method, "candidate_scores",
+                        lambda model, p, lengths, c, reserved, pad_id=0, return_logits=False:
+                        original(model, p, lengths, c, [r - 1 for r in reserved], pad_id, return_logits))
+    assert not candidate_scores_check()
+
+
+def test_train_s2t_local_reports_every_step():
+    model = _tiny_model()
+    g = torch.Generator().manual_seed(0)
+    groups = method.CandidateGroups(torch.randint(0, 8, (5, 4), generator=g), torch.tensor([4, 3, 4, 2, 4]),
+                                    torch.tensor([[1, 2], [3, 4], [5, 6], [7, 1], [2, 3]]),
+                                    torch.tensor([[0.6, 0.2], [0.1, 0.5], [0.3, 0.3], [0.2, 0.1], [0.4, 0.4]]))
+    seen: list[tuple[int, int]] = []
+    log = method.train_s2t_local(model, groups, [8, 9, 10, 11], epochs=2, batch_groups=2, lr=1e-2,
+                                 weight_decay=0.0, weights=method.LocalLossWeights(), seed=0,
+                                 on_step=lambda step, total: seen.append((step, total)))
+    assert seen == [(step, 6) for step in range(1, 7)]  # ceil(5 / 2) = 3 steps per epoch, 2 epochs
+    assert len(log.total) == 6 and not model.training
