@@ -19,6 +19,19 @@ def sweep(table: list[dict], task: str, family: str) -> list[tuple[float, float]
     return [(r["tokens_per_call"], r["accuracy"]) for r in table if r["task"] == task and r["family"] == family]
 
 
+def bracket_gap(points: list[tuple[float, float]], speed: float) -> float:
+    """Width in tokens per target call of the sweep interval that ``method.accuracy_at_speed`` interpolates
+    across at ``speed``: the distance between the nearest swept speeds at or below and at or above it (0 when
+    a swept point sits at ``speed``); NaN when ``speed`` lies outside the sweep. A wide gap means the
+    interpolated accuracy is a straight line between two far-apart measurements, not a measurement."""
+    speeds = sorted({float(s) for s, _ in points})
+    below = [s for s in speeds if s <= speed]
+    above = [s for s in speeds if s >= speed]
+    if not below or not above:
+        return math.nan
+    return above[0] - below[-1]
+
+
 def is_lossless_method(r: dict) -> bool:
     """Exact speculative decoding and judge decoding at threshold 0 must reproduce the target (identity I1)."""
     return r["family"] == "exact" or (r["family"] == "selfjudge" and r["knob"] == 0)
@@ -46,13 +59,15 @@ def task_metrics(cfg: SelfJudgeConfig, table: list[dict], task: str) -> dict[str
         out |= {f"{task}_topk_speedup": topk["tokens_per_call"] / exact["tokens_per_call"],
                 f"{task}_topk_accuracy_drop": exact["accuracy"] - topk["accuracy"],
                 f"{task}_judge_minus_topk_at_equal_speed":
-                    method.accuracy_at_speed(judge_sweep, topk["tokens_per_call"]) - topk["accuracy"]}
+                    method.accuracy_at_speed(judge_sweep, topk["tokens_per_call"]) - topk["accuracy"],
+                f"{task}_topk_speed_bracket_gap": bracket_gap(judge_sweep, topk["tokens_per_call"])}
     auto = row(table, task, f"autojudge@{cfg.decoding.decision_threshold:g}")
     if auto is not None:
         out |= {f"{task}_autojudge_speedup": auto["tokens_per_call"] / exact["tokens_per_call"],
                 f"{task}_autojudge_accuracy_change": auto["accuracy"] - exact["accuracy"],
                 f"{task}_judge_minus_autojudge_at_equal_speed":
-                    method.accuracy_at_speed(judge_sweep, auto["tokens_per_call"]) - auto["accuracy"]}
+                    method.accuracy_at_speed(judge_sweep, auto["tokens_per_call"]) - auto["accuracy"],
+                f"{task}_autojudge_speed_bracket_gap": bracket_gap(judge_sweep, auto["tokens_per_call"])}
     return out
 
 

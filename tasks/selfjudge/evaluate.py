@@ -2,11 +2,11 @@
 
 For each task's held-out prompts: the target's greedy output (the lossless reference), then every decoding
 method: exact speculative decoding, top-K acceptance for each K, SelfJudge at each threshold of the sweep
-(threshold 0 is exact decoding by construction and is run as a check), and on the arithmetic task the
-AutoJudge head at each threshold. Measured per method: generated tokens per target call (the speed proxy;
-the target alone makes 1), the draft acceptance rate, answer accuracy (arithmetic) or slot preservation
-(descriptions), and the share of outputs identical to the target's greedy output. No wall-clock: memoised
-forward passes make seconds meaningless here."""
+(threshold 0 is exact decoding by construction and is run as a check), on the arithmetic task the AutoJudge
+head at each threshold, and a random-acceptance judge (baselines.py) as a negative control. Measured per
+method: generated tokens per target call (the speed proxy; the target alone makes 1), the draft acceptance
+rate, answer accuracy (arithmetic) or slot preservation (descriptions), and the share of outputs identical to
+the target's greedy output. No wall-clock: memoised forward passes make seconds meaningless here."""
 
 from __future__ import annotations
 
@@ -17,6 +17,7 @@ import polars as pl
 from tasks.common.checkpoints import load_gpt2
 from tasks.common.results import Progress, SeedResult, no_progress
 from tasks.selfjudge import data, method
+from tasks.selfjudge.baselines import RandomAcceptRule
 from tasks.selfjudge.config import SelfJudgeConfig
 from tasks.selfjudge.train import DRAFT, HEAD_FILE, TARGET, load_heads
 
@@ -40,6 +41,10 @@ def methods_for(task: str, cfg: SelfJudgeConfig, heads: dict[str, method.JudgeHe
     if task == "arith" and "autojudge_arith" in heads:
         out += [(f"autojudge@{t:g}", "autojudge", t, method.JudgeRule(heads["autojudge_arith"], t))
                 for t in cfg.decoding.thresholds]
+    if f"selfjudge_{task}" in heads:
+        # negative control: accept each mismatch with probability q, q over the same grid as the thresholds
+        out += [(f"random@{q:g}", "random", q, RandomAcceptRule(q, seed=index))
+                for index, q in enumerate(cfg.decoding.thresholds)]
     return out
 
 

@@ -12,7 +12,8 @@ from tasks.common.results import SeedResult
 from tasks.selfjudge.config import SelfJudgeConfig
 
 FAMILY_STYLE = {"selfjudge": ("o-", "SelfJudge (threshold sweep)"), "autojudge": ("s--", "AutoJudge (sweep)"),
-                "topk": ("^", "top-K"), "exact": ("*", "exact speculative decoding")}
+                "topk": ("^", "top-K"), "exact": ("*", "exact speculative decoding"),
+                "random": ("x:", "random acceptance (negative control)")}
 
 
 def make_figures(cfg: SelfJudgeConfig, results: list[SeedResult], figures_dir: Path, plots_dir: Path) -> list[Path]:

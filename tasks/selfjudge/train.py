@@ -75,12 +75,15 @@ def mine_task(target: torch.nn.Module, draft: torch.nn.Module, frame: pl.DataFra
     for index, (prompt, response) in enumerate(zip(prompts, responses)):
         sequence = prompt + response
         found = method.mine_mismatches(target, draft, sequence, len(prompt), cfg.mining.window)
+        # diff_0 (the first term alone) on the same mismatches: reported beside diff_N, to show what the
+        # semantic-preservation window adds on this data
+        first_term = method.mine_mismatches(target, draft, sequence, len(prompt), 0)
         examined += max(0, len(sequence) - 1 - len(prompt))
-        for mm in found:
+        for mm, mm0 in zip(found, first_term, strict=True):
             original, substitute = data.VOCAB[mm.original], data.VOCAB[mm.substitute]
             rows.append({"prompt_index": index, "position": mm.position, "original": original,
                          "substitute": substitute, "kind": data.mismatch_kind(original, substitute),
-                         "diff": mm.diff, "sequence": sequence, "response_start": len(prompt)})
+                         "diff": mm.diff, "diff_0": mm0.diff, "sequence": sequence, "response_start": len(prompt)})
         mismatches += found
     return rows, mismatches, examined, examined - len(mismatches)
 
@@ -127,6 +130,8 @@ def train(cfg: SelfJudgeConfig, seed: int, data_dir: Path, model_dir: Path, devi
             kinds = [r["kind"] for r in rows]
             meaning = [r["diff"] for r in rows if r["kind"] == "meaning"]
             style = [r["diff"] for r in rows if r["kind"] == "style"]
+            meaning_0 = [r["diff_0"] for r in rows if r["kind"] == "meaning"]
+            style_0 = [r["diff_0"] for r in rows if r["kind"] == "style"]
             metrics |= {
                 f"{task}_draft_agreement": matches / max(1, examined), f"{task}_positions_examined": examined,
                 f"{task}_mismatches": len(mismatches), f"{task}_meaning_mismatches": kinds.count("meaning"),
@@ -135,6 +140,8 @@ def train(cfg: SelfJudgeConfig, seed: int, data_dir: Path, model_dir: Path, devi
                 if mismatches else float("nan"),
                 f"{task}_diff_auroc_meaning_vs_style": method.auroc(meaning + style,
                                                                     [1] * len(meaning) + [0] * len(style)),
+                f"{task}_diff0_auroc_meaning_vs_style": method.auroc(meaning_0 + style_0,
+                                                                     [1] * len(meaning_0) + [0] * len(style_0)),
                 f"{task}_head_val_auroc": head.val_auroc if head else float("nan"),
                 f"{task}_head_c": head.c if head else float("nan")}
             for r in rows:

@@ -70,6 +70,13 @@ def test_negative_control_index_shift_breaks_diff_n(monkeypatch):
     assert not diff_table_check()
 
 
+def test_diff_n_at_the_ends_of_the_valid_range():
+    # m = 1, d = 2, N = 1: orig max rows 0, 1 = 5, 4 (mean 4.5); sub orig[0, 2] = 1, max sub row 1 = 4 (mean 2.5)
+    assert method.diff_n(table_orig(), table_sub(), 1, 2, 1) == pytest.approx(2.0)
+    # m = 7 = L - 1: no continuation row is left (truncated window); orig max row 6 = 8 against orig[6, 4] = 1
+    assert method.diff_n(table_orig(), table_sub(), 7, 4, 2) == pytest.approx(7.0)
+
+
 def test_diff_n_rejects_positions_outside_the_sequence():
     with pytest.raises(ValueError, match="m must lie"):
         method.diff_n(table_orig(), table_sub(), 0, 1, 2)
@@ -85,16 +92,30 @@ def mined_pair(window: int = 0) -> tuple[list[int], int, list[method.Mismatch], 
     return sequence, len(prompt), method.mine_mismatches(target, draft, sequence, len(prompt), window), target
 
 
-def test_diff_zero_is_the_log_prob_gap():
+def diff_zero_check() -> bool:
+    """Every mined diff_0 equals log p_T(y_m | Y_<m) - log p_T(d_m | Y_<m), is >= 0, and sits in the response."""
     sequence, start, mismatches, target = mined_pair(0)
     assert len(mismatches) >= 3  # a random draft disagrees with the target
     with torch.no_grad():
         logp = torch.log_softmax(target(input_ids=torch.tensor([sequence])).logits[0].double(), dim=-1)
+    ok = True
     for mm in mismatches:
         gap = float(logp[mm.position - 1, mm.original] - logp[mm.position - 1, mm.substitute])
-        assert mm.diff == pytest.approx(gap, abs=1e-5)
-        assert mm.diff >= 0  # y_m is the target's argmax
-        assert start <= mm.position <= len(sequence) - 2
+        ok &= mm.diff == pytest.approx(gap, abs=1e-5)
+        ok &= mm.diff >= 0  # y_m is the target's argmax
+        ok &= start <= mm.position <= len(sequence) - 2
+    return bool(ok)
+
+
+def test_diff_zero_is_the_log_prob_gap():
+    assert diff_zero_check()
+
+
+def test_negative_control_swapped_diff_zero_is_caught(monkeypatch):
+    # diff_N with original and substituted terms swapped (the sign flipped): the same check must fail
+    diff_n = method.diff_n
+    monkeypatch.setattr(method, "diff_n", lambda lo, ls, m, d, n: -diff_n(lo, ls, m, d, n))
+    assert not diff_zero_check()
 
 
 def recomputed_diffs(sequence: list[int], mismatches: list[method.Mismatch], target, window: int) -> list[float]:
@@ -219,7 +240,8 @@ def lossless_check() -> tuple[bool, bool]:
     target = method.MemoLM(target_model, top_k=3, keep_hidden=True)
     draft = method.MemoLM(draft_model)
     head = method.JudgeHead(np.zeros(32), np.ones(32), np.full(32, 0.1), 0.0)
-    rules = [method.ExactRule(), method.JudgeRule(head, 0.0), method.TopKRule(1)]
+    # threshold 1e-12 runs the head on every mismatch (threshold 0 returns the match mask before the head)
+    rules = [method.ExactRule(), method.JudgeRule(head, 0.0), method.JudgeRule(head, 1e-12), method.TopKRule(1)]
     same, lossy_differs = True, False
     for prompt in ([3, 1, 4], [2, 7, 1, 8, 2], [5], [9, 9, 8]):
         reference = plain_greedy(target_model, prompt, 16)
@@ -239,6 +261,14 @@ def test_exact_and_threshold_zero_are_lossless():
 
 def test_negative_control_accepting_every_proposal_is_caught(monkeypatch):
     monkeypatch.setattr(method, "accepted_length", lambda mask: len(mask))
+    same, _ = lossless_check()
+    assert not same
+
+
+def test_negative_control_inverted_head_comparison_is_caught(monkeypatch):
+    # a judge that accepts a mismatch when p_head >= threshold (instead of <) breaks losslessness at 1e-12
+    monkeypatch.setattr(method, "judge_accept_mask",
+                        lambda match, probs, t: [bool(m) or p >= t for m, p in zip(match, probs)])
     same, _ = lossless_check()
     assert not same
 
@@ -305,6 +335,22 @@ def test_autojudge_labels_exact():
     length = lambda ids: len(ids)  # noqa: E731
     # with the response length as the 'answer', a jump forward shortens the response
     assert method.autojudge_labels(CountingModel(), items, 20, EOS, length) == [1, 1, 1]
+    # the original token put back: the regeneration stops at eos like the original, so the length is unchanged
+    # (a regeneration that ran past eos to the token budget would change it)
+    assert method.autojudge_labels(CountingModel(), [(sequence, 3, 3, 1)], 20, EOS, length) == [0]
+
+
+class CountingLM(CountingModel):
+    """CountingModel with the keyword MemoLM passes (no hidden states kept)."""
+
+    def forward(self, input_ids, output_hidden_states=False):
+        return super().forward(input_ids)
+
+
+def test_greedy_generate_stops_at_eos():
+    # counting from 7: 8, 9, 10, then eos (11) ends the generation within the budget of 20
+    assert method.greedy_generate(method.MemoLM(CountingLM()), [5, 7], 20, EOS) == [8, 9, 10, EOS]
+    assert method.greedy_generate(method.MemoLM(CountingLM()), [5, 7], 2, EOS) == [8, 9]  # the budget
 
 
 # ------------------------------------------------------------------------------------------- labels, head
@@ -355,6 +401,46 @@ def test_fit_judge_head_matches_sklearn_and_separates():
     assert np.allclose(head.probability(x[:20]), ref.predict_proba(scaler.transform(x[:20]))[:, 1], atol=1e-9)
     with pytest.raises(ValueError, match="both classes"):
         method.fit_judge_head(x, np.zeros(400, dtype=int), 0.25, [1.0], 0)
+
+
+def head_data() -> tuple[np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(400, 5)) * [1, 2, 3, 1, 1] + 4
+    return x, (x[:, 0] + 0.3 * rng.normal(size=400) > 4).astype(int)
+
+
+def sklearn_head(x: np.ndarray, y: np.ndarray, c: float):
+    from sklearn.linear_model import LogisticRegression
+    from sklearn.preprocessing import StandardScaler
+
+    order = np.random.default_rng(0).permutation(len(y))
+    val, train = order[:100], order[100:]
+    scaler = StandardScaler().fit(x[train])
+    model = LogisticRegression(C=c, max_iter=2000).fit(scaler.transform(x[train]), y[train])
+    return scaler, model, method.auroc(model.decision_function(scaler.transform(x[val])), y[val])
+
+
+def test_fit_judge_head_uses_the_given_c():
+    # one strong regularisation: the head must be sklearn's at C = 1e-3, whose probabilities differ from C = 1's
+    x, y = head_data()
+    head = method.fit_judge_head(x, y, 0.25, [1e-3], seed=0)
+    scaler, ref, _ = sklearn_head(x, y, 1e-3)
+    _, unregularised, _ = sklearn_head(x, y, 1.0)
+    z = scaler.transform(x[:20])
+    assert head.c == 1e-3
+    assert np.allclose(head.probability(x[:20]), ref.predict_proba(z)[:, 1], atol=1e-9)
+    assert not np.allclose(ref.predict_proba(z)[:, 1], unregularised.predict_proba(z)[:, 1], atol=1e-3)
+
+
+def test_fit_judge_head_keeps_the_first_best_c():
+    # C chosen by the largest validation AUROC, the first one on ties; the grid's last C is not the choice
+    x, y = head_data()
+    grid = [1.0, 1e-2, 1e-6]
+    scores = [sklearn_head(x, y, c)[2] for c in grid]
+    expected = grid[int(np.argmax(scores))]  # argmax returns the first maximum
+    assert expected != grid[-1]
+    head = method.fit_judge_head(x, y, 0.25, grid, seed=0)
+    assert head.c == expected and head.val_auroc == pytest.approx(max(scores))
 
 
 def test_accuracy_at_speed_exact():

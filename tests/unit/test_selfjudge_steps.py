@@ -12,7 +12,8 @@ import yaml
 
 from tasks.common.params import ParamsError, validate_paper_section
 from tasks.common.results import SeedResult
-from tasks.selfjudge import claim_metrics, data, hub, method
+from tasks.selfjudge import baselines, claim_metrics, data, evaluate, hub, method
+from tasks.selfjudge.baselines import RandomAcceptRule
 from tasks.selfjudge.config import SelfJudgeConfig
 from tests.conftest import REPO
 
@@ -104,6 +105,25 @@ def test_negative_control_nearest_point_instead_of_interpolation(monkeypatch):
     assert claim_numbers()["arith_judge_minus_topk_at_equal_speed"] != pytest.approx(0.25)
 
 
+def test_speed_bracket_gap_exact_values():
+    # judge sweep speeds 2, 3, 4 (plus exact's 2 at threshold 0): top-2 at 2.5 and AutoJudge at 3.5 each sit
+    # between two points 1 token per call apart
+    m = claim_numbers()
+    assert m["arith_topk_speed_bracket_gap"] == pytest.approx(1.0)
+    assert m["arith_autojudge_speed_bracket_gap"] == pytest.approx(1.0)
+    points = [(2.0, 0.9), (2.2, 0.9), (4.4, 0.1), (7.0, 0.05)]
+    assert claim_metrics.bracket_gap(points, 3.2) == pytest.approx(2.2)
+    assert claim_metrics.bracket_gap(points, 2.1) == pytest.approx(0.2)
+    assert claim_metrics.bracket_gap(points, 4.4) == 0.0
+    assert math.isnan(claim_metrics.bracket_gap(points, 1.9)) and math.isnan(claim_metrics.bracket_gap(points, 7.5))
+
+
+def test_negative_control_bracket_gap_over_the_whole_sweep(monkeypatch):
+    # a gap measured over the whole sweep (first to last point) would call every comparison coarse
+    monkeypatch.setattr(claim_metrics, "bracket_gap", lambda pts, s: max(p[0] for p in pts) - min(p[0] for p in pts))
+    assert claim_numbers()["arith_topk_speed_bracket_gap"] != pytest.approx(1.0)
+
+
 def test_a_lossless_violation_is_counted():
     table = decoding_table()
     table[2]["identical_to_target"] = 7
@@ -179,3 +199,45 @@ def test_hub_steps_run_on_local_stand_ins(tmp_path, monkeypatch):
     assert set(rows) == {"exact", "top2", "top3"} | {f"selfjudge@{t:g}" for t in cfg.decoding.thresholds}
     assert rows["exact"]["tokens"] == rows["selfjudge@0"]["tokens"]
     assert all(r["tokens_per_call"] >= 1 and not math.isnan(r["accuracy"]) for r in rows.values())
+
+
+# ---------------------------------------------------------------------------------- random-acceptance control
+
+def mismatch_window(n: int) -> method.Window:
+    """n draft tokens, every odd position a mismatch (draft 1 where the target wants 2)."""
+    proposal = [1 if i % 2 else 3 for i in range(n)]
+    argmax = [2 if i % 2 else 3 for i in range(n)] + [0]
+    return method.Window(proposal, argmax, [(t,) for t in argmax], [None] * (n + 1))
+
+
+def test_random_accept_rule_exact_values():
+    window = mismatch_window(4)  # match [T, F, T, F]
+    u = np.random.default_rng(5).random(2)  # one draw per mismatch, in order
+    assert RandomAcceptRule(0.4, seed=5)(window) == [True, bool(u[0] < 0.4), True, bool(u[1] < 0.4)]
+    assert RandomAcceptRule(0.0, seed=1)(window) == [True, False, True, False]  # q = 0: exact decoding
+    assert RandomAcceptRule(1.0, seed=1)(window) == [True] * 4  # q = 1: accept every draft token
+    with pytest.raises(ValueError, match="q must lie"):
+        RandomAcceptRule(1.5, seed=0)
+
+
+def random_acceptance_rate(q: float) -> float:
+    mask = RandomAcceptRule(q, seed=0)(mismatch_window(20000))
+    return float(np.mean(mask[1::2]))  # the mismatch positions only
+
+
+def test_random_accept_rule_accepts_mismatches_at_rate_q():
+    assert random_acceptance_rate(0.3) == pytest.approx(0.3, abs=0.02)  # 10000 draws: sd 0.005
+
+
+def test_negative_control_inverted_random_comparison_is_caught(monkeypatch):
+    monkeypatch.setattr(baselines, "judge_accept_mask",
+                        lambda match, probs, t: [bool(m) or p >= t for m, p in zip(match, probs)])
+    assert random_acceptance_rate(0.3) != pytest.approx(0.3, abs=0.02)
+
+
+def test_evaluation_runs_the_random_control_on_the_threshold_grid():
+    cfg = SelfJudgeConfig.model_validate(PARAMS["cpu"])
+    head = method.JudgeHead(np.zeros(2), np.ones(2), np.ones(2), 0.0)
+    names = [name for name, family, _, _ in evaluate.methods_for("arith", cfg, {"selfjudge_arith": head})
+             if family == "random"]
+    assert names == [f"random@{q:g}" for q in cfg.decoding.thresholds]
