@@ -11,18 +11,36 @@ import sys
 from tasks.common.env import configure, repo_root
 from tasks.common.params import ParamsError
 
+PHASES_HELP = """phases (each a DVC stage of its own; `dvc repro` runs them in order):
+  data      write the paper's procedural data under data/<slug>
+  train     train every seed (reuses seeds already trained with the same code and params)
+  evaluate  evaluate the trained seeds, derive claim metrics, write reports/<slug> and the MLflow runs
+  run       train then evaluate (the data must exist)
+  all       data, train and evaluate (the default)"""
+
 UI_HINT = ("Prefect UI: run `repro server start` (http://127.0.0.1:4200)\n"
            "MLflow UI:  run `repro ui` (http://127.0.0.1:5000), or `mlflow ui` at the repo root")
+
+
+def format_table(header: list[str], rows: list[list[str]]) -> str:
+    """Left-aligned columns as wide as their longest cell, two spaces apart; the last column is not padded."""
+    widths = [max(len(row[i]) for row in [header, *rows]) for i in range(len(header))]
+
+    def line(cells: list[str]) -> str:
+        return "  ".join(c.ljust(w) for c, w in zip(cells[:-1], widths[:-1], strict=True)) + "  " + cells[-1]
+
+    return "\n".join(line(r) for r in [header, *rows])
 
 
 def cmd_list(_: argparse.Namespace) -> int:
     from flows.registry import fidelity, last_verdicts, papers
 
-    print(f"{'paper':<24}{'fidelity':<44}{'last run':<10}verdicts")
+    rows = []
     for slug in papers():
         profile, counts = last_verdicts(slug)
         verdicts = ", ".join(f"{v} {k}" for k, v in sorted(counts.items())) or "-"
-        print(f"{slug:<24}{fidelity(slug):<44}{profile:<10}{verdicts}")
+        rows.append([slug, fidelity(slug), profile, verdicts])
+    print(format_table(["paper", "fidelity", "last run", "verdicts"], rows))
     return 0
 
 
@@ -70,16 +88,36 @@ def cmd_server(args: argparse.Namespace) -> int:
 
 
 def cmd_ui(args: argparse.Namespace) -> int:
+    """Both UIs on loopback. A taken MLflow port is an error before anything starts; Ctrl-C stops the MLflow
+    server and the Prefect server this command started (one that was already running is left running)."""
     from flows import servers
+    from tasks.common import tracking
 
+    if not servers.port_free(args.port):
+        print(f"error: --port {args.port}: the port is in use (another MLflow UI?); pick another, e.g. "
+              f"repro ui --port {args.port + 1}", file=sys.stderr)
+        return 2
+    prefect_was_running = servers.own_server_port() == servers.PREFECT_PORT and servers.prefect_running()
     try:
         prefect_url = servers.start_prefect()
     except servers.ServerConflict as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
+    os.environ["REPRO_MLFLOW_PORT"] = str(args.port)
     print(f"Prefect UI: http://127.0.0.1:{servers.PREFECT_PORT}  (API {prefect_url})")
     print(f"MLflow UI:  http://127.0.0.1:{args.port}  (store {os.environ['MLFLOW_TRACKING_URI']}); Ctrl-C stops it")
-    return subprocess.call(servers.mlflow_ui_command(args.port), cwd=repo_root(), env=servers.mlflow_server_env())
+    for name, url in sorted(tracking.experiments_runs_urls().items()):
+        print(f"  {name:<24}{url}")
+    process = subprocess.Popen(servers.mlflow_ui_command(args.port), cwd=repo_root(), env=servers.mlflow_server_env())
+    try:
+        return process.wait()
+    except KeyboardInterrupt:
+        process.terminate()
+        process.wait(timeout=30)
+        if not prefect_was_running:
+            servers.stop_prefect()
+        print("\nstopped the MLflow UI" + ("" if prefect_was_running else " and the Prefect server"), file=sys.stderr)
+        return 130
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
@@ -113,14 +151,17 @@ def build_parser() -> argparse.ArgumentParser:
                                      epilog=UI_HINT, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True)
     sub.add_parser("list", help="papers, fidelity, last verdicts").set_defaults(func=cmd_list)
-    run = sub.add_parser("run", help="run one paper's flow")
-    run.add_argument("slug")
+    from flows.registry import papers
+
+    run = sub.add_parser("run", help="run one paper's flow", formatter_class=argparse.RawDescriptionHelpFormatter,
+                         epilog="papers: " + ", ".join(papers()) + "\n\n" + PHASES_HELP)
+    run.add_argument("slug", help="the paper (see the list below)")
     run.add_argument("--profile", choices=None, help="smoke | cpu | paper (default: params.yaml)")
     run.add_argument("--seeds", type=int, nargs="+", help="default: params.yaml")
     from flows.stage import PHASES
 
     run.add_argument("--phase", choices=PHASES, default="all",
-                     help="data | train | evaluate | run (train then evaluate) | all (data too)")
+                     help="data | train | evaluate | run | all (default; see below)")
     from flows.stage import add_runner_arguments
 
     add_runner_arguments(run)

@@ -35,6 +35,18 @@ def healthy(url: str, timeout: float = 2.0) -> bool:
         return False
 
 
+def port_free(port: int, host: str = "127.0.0.1") -> bool:
+    """Whether a server could listen on ``host:port`` now."""
+    import socket
+
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        try:
+            probe.bind((host, port))
+        except OSError:
+            return False
+    return True
+
+
 def prefect_running(port: int = PREFECT_PORT) -> bool:
     return healthy(f"{prefect_api_url(port)}/health")
 

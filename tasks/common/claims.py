@@ -517,7 +517,7 @@ def _cell(text: Any) -> str:
 def claims_markdown(rows: Sequence[Mapping[str, Any]], with_paper: bool = False) -> str:
     """The counted claims (empirical, mechanism): verdicts on intervals, preconditions, seeds needed."""
     head = ["paper"] if with_paper else []
-    cols = head + ["id", "kind", "claim", "paper", "check", "ours (mean [95% CI])", "n", "verdict",
+    cols = head + ["id", "kind", "claim", "paper's value", "check", "ours (mean [95% CI])", "n", "verdict",
                    "seeds needed", "fidelity"]
     lines = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
     for row in rows:

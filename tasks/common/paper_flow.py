@@ -307,6 +307,22 @@ def run_paper(slug: str, profile: str | None, seeds: Sequence[int] | None, phase
     return {"phase": phase, "parent_run_id": parent_id, "verdicts": {r["id"]: r["verdict"] for r in rows}}
 
 
+def flow_run_name() -> str:
+    """``<paper>-<phase>-<profile>-seeds-<s1>-<s2>...`` for the Prefect UI's run list, from the flow run's
+    parameters; the profile and seeds that params.yaml supplies when the caller gave none are spelled out."""
+    from prefect.runtime import flow_run
+
+    parameters = dict(flow_run.parameters or {})
+    slug = flow_run.flow_name or "paper"
+    try:
+        spec = resolve_run(slug, parameters.get("profile"), parameters.get("seeds"))
+        profile, seeds = spec.profile, list(spec.seeds)
+    except Exception:  # noqa: BLE001 - an invalid run is named plainly; the flow body reports why
+        profile, seeds = parameters.get("profile") or "default", list(parameters.get("seeds") or [])
+    seeds_part = "-".join(str(s) for s in seeds) or "default"
+    return f"{slug}-{parameters.get('phase', 'all')}-{profile}-seeds-{seeds_part}"
+
+
 def flow_options(slug: str, workers: int = WORKERS) -> dict[str, Any]:
     """The ``@flow`` options of a paper's flow: named after the paper, described by its title, seeds on
     a thread pool (``--runner dask`` replaces it). Each ``flows/<slug>.py`` defines its own flow
@@ -314,7 +330,8 @@ def flow_options(slug: str, workers: int = WORKERS) -> dict[str, Any]:
     from prefect.task_runners import ThreadPoolTaskRunner
 
     title = getattr(importlib.import_module(f"tasks.{slug}.config"), "TITLE", slug)
-    return {"name": slug, "description": title, "task_runner": ThreadPoolTaskRunner(max_workers=workers)}
+    return {"name": slug, "description": title, "task_runner": ThreadPoolTaskRunner(max_workers=workers),
+            "flow_run_name": flow_run_name}
 
 
 __all__ = ["PHASES", "Paper", "Phase", "flow_options", "run_paper"]

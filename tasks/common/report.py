@@ -106,7 +106,7 @@ def _html(by_paper: dict[str, list[dict[str, Any]]], reports_dir: Path) -> str:
              "td,th{border:1px solid #ccc;padding:4px 6px;font-size:13px}img{max-width:48%;margin:4px}"
              ".reproduced{background:#e3f4e1}.not{background:#f9dcdc}.inconclusive{background:#fdf3d7}</style>",
              "</head><body><h1>Claimed vs reproduced</h1>", f"<p>{html.escape(RULE)}</p>"]
-    header = "".join(f"<th>{h}</th>" for h in ("id", "kind", "claim", "paper", "check", "ours (mean [95% CI])",
+    header = "".join(f"<th>{h}</th>" for h in ("id", "kind", "claim", "paper's value", "check", "ours (mean [95% CI])",
                                                 "verdict", "seeds needed", "fidelity"))
     for slug, rows in by_paper.items():
         parts.append(f"<h2>{html.escape(slug)}</h2>")

@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 from prefect import task
-from prefect.artifacts import create_markdown_artifact, create_table_artifact
+from prefect.artifacts import create_link_artifact, create_markdown_artifact, create_table_artifact
 
 from tasks.common import interrupts, tracking
 from tasks.common.claims import claims_markdown, evaluate_claims, load_claims, write_claims
@@ -77,6 +77,7 @@ def parent_run(spec: RunSpec, device: str) -> Iterator[str]:
                                     current_flow_run_id())
     run_id = tracking.start_run(spec.slug, f"{spec.slug}-{spec.profile}", tags | {"kind": "flow"})
     interrupts.opened(mlflow_run_id=run_id)
+    link_mlflow_run(spec.slug, run_id)
     status = "FAILED"
     try:
         tracking.log_params(run_id, {"profile": spec.profile, "seeds": list(spec.seeds)}
@@ -86,6 +87,16 @@ def parent_run(spec: RunSpec, device: str) -> Iterator[str]:
     finally:
         tracking.end_run(run_id, status)
         interrupts.closed(mlflow_run_id=run_id)
+
+
+def link_mlflow_run(slug: str, run_id: str) -> None:
+    """A link artifact on the Prefect flow run pointing at its MLflow parent run (the MLflow run carries
+    the flow run's URL in its ``prefect_flow_run_url`` tag), so each UI leads to the other."""
+    if current_flow_run_id() is None:
+        return
+    create_link_artifact(link=tracking.run_url_of(run_id), link_text=f"MLflow run of {slug}",
+                         key=f"mlflow-run-{slug.replace('_', '-')}",
+                         description="The MLflow parent run of this flow run (open it with `repro ui`).")
 
 
 @task(name="log-seed-run")

@@ -18,6 +18,10 @@ from tasks.common.env import repo_root
 from tasks.common.provenance import cpu_model, git_state, package_versions, torch_cpu_capability
 
 PARENT_TAG = "mlflow.parentRunId"
+# MLflow 3's UI opens an experiment on its GenAI "Traces" overview unless the experiment says it holds
+# model-development runs; with this tag it opens on the runs table.
+EXPERIMENT_KIND_TAG = "mlflow.experimentKind"
+EXPERIMENT_KIND = "custom_model_development"
 
 
 _READY_STORES: set[str] = set()
@@ -66,16 +70,46 @@ def get_or_create_experiment(slug: str) -> str:
     client = _client()
     found = client.get_experiment_by_name(slug)
     if found is not None:
+        if found.tags.get(EXPERIMENT_KIND_TAG) != EXPERIMENT_KIND:  # a store written before the tag existed
+            _retry(client.set_experiment_tag, found.experiment_id, EXPERIMENT_KIND_TAG, EXPERIMENT_KIND)
         return found.experiment_id
     try:
         return client.create_experiment(slug, artifact_location=artifact_location(slug),
-                                        tags={"paper": slug})
+                                        tags={"paper": slug, EXPERIMENT_KIND_TAG: EXPERIMENT_KIND})
     except Exception:
         # Two flows creating the experiment at once: the loser reads the winner's.
         found = client.get_experiment_by_name(slug)
         if found is None:
             raise
         return found.experiment_id
+
+
+def mlflow_ui_base() -> str:
+    """Where the MLflow UI of this store answers: the tracking server itself when the store is one
+    (``http(s)://``), otherwise ``repro ui``'s local server (``REPRO_MLFLOW_PORT``, default 5000)."""
+    uri = os.environ.get("MLFLOW_TRACKING_URI", "")
+    if uri.startswith(("http://", "https://")):
+        return uri.rstrip("/")
+    return f"http://127.0.0.1:{os.environ.get('REPRO_MLFLOW_PORT', '5000')}"
+
+
+def experiment_runs_url(experiment_id: str) -> str:
+    """The runs table of one experiment in the MLflow UI (a hash route of MLflow 3's single-page app)."""
+    return f"{mlflow_ui_base()}/#/experiments/{experiment_id}/runs"
+
+
+def run_url(experiment_id: str, run_id: str) -> str:
+    return f"{mlflow_ui_base()}/#/experiments/{experiment_id}/runs/{run_id}"
+
+
+def prefect_flow_run_url(flow_run_id: str | None) -> str | None:
+    """The flow run's page in the Prefect UI, or None when the flow runs on Prefect's ephemeral server
+    (no UI to link to) or outside a flow."""
+    if not flow_run_id:
+        return None
+    from prefect.utilities.urls import url_for
+
+    return url_for("flow-run", obj_id=flow_run_id)
 
 
 def provenance_tags(profile: str, seeds: tuple[int, ...] | list[int], params_hash: str, device: str,
@@ -89,6 +123,7 @@ def provenance_tags(profile: str, seeds: tuple[int, ...] | list[int], params_has
         "seeds": ",".join(str(s) for s in seeds),
         "device": device,
         "prefect_flow_run_id": flow_run_id or "none",
+        "prefect_flow_run_url": prefect_flow_run_url(flow_run_id) or "none (ephemeral Prefect server)",
         "cpu_model": cpu_model(),
         "torch_cpu_capability": torch_cpu_capability(),
     }
@@ -118,6 +153,18 @@ def start_run(slug: str, run_name: str, tags: Mapping[str, str], parent_run_id: 
         all_tags[PARENT_TAG] = parent_run_id
     run = _retry(_client().create_run, experiment_id, tags=all_tags, run_name=run_name)
     return run.info.run_id
+
+
+def run_url_of(run_id: str) -> str:
+    """The MLflow UI page of a run, by id."""
+    run = _retry(_client().get_run, run_id)
+    return run_url(run.info.experiment_id, run_id)
+
+
+def experiments_runs_urls() -> dict[str, str]:
+    """Every experiment of the store (but MLflow's empty "Default"), by name, with its runs-table URL."""
+    experiments = _retry(_client().search_experiments)
+    return {e.name: experiment_runs_url(e.experiment_id) for e in experiments if e.name != "Default"}
 
 
 def end_run(run_id: str, status: str = "FINISHED") -> None:

@@ -80,6 +80,10 @@ def test_mlflow_parent_and_child_runs(smoke_run):
             assert tags.get(key), key
         assert tags["profile"] == "smoke"
     assert parent.data.tags["prefect_flow_run_id"] != "none"
+    # The MLflow run links to the Prefect flow run's page (a real server runs the tests, so a UI exists).
+    flow_run_id = parent.data.tags["prefect_flow_run_id"]
+    assert parent.data.tags["prefect_flow_run_url"].endswith(f"/runs/flow-run/{flow_run_id}")
+    assert parent.data.tags["prefect_flow_run_url"].startswith("http://127.0.0.1:")
     assert parent.data.params["toy.vocab_size"] == "3"
     child = children[0]
     assert child.data.metrics["e1_max_logprob_error"] < 1e-8
@@ -107,3 +111,18 @@ def test_prefect_knows_the_flow_run(smoke_run):
 
     runs = asyncio.run(flow_runs())
     assert any(r.state and r.state.is_completed() for r in runs)
+    parent = next(r for r in find_runs("arm_ebm") if r.info.run_id == result["parent_run_id"])
+    flow_run = next(r for r in runs if str(r.id) == parent.data.tags["prefect_flow_run_id"])
+    # Named after what it ran, not Prefect's random adjective-animal names.
+    assert flow_run.name == "arm_ebm-all-smoke-seeds-0-1"
+
+    async def link_artifacts():
+        from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterFlowRunId
+
+        async with get_client() as client:
+            return await client.read_artifacts(
+                artifact_filter=ArtifactFilter(flow_run_id=ArtifactFilterFlowRunId(any_=[flow_run.id])))
+
+    links = [a for a in asyncio.run(link_artifacts()) if a.type == "markdown" and a.key == "mlflow-run-arm-ebm"]
+    # The Prefect run links back to the MLflow parent run's page.
+    assert links and f"/runs/{result['parent_run_id']})" in links[0].data

@@ -1,0 +1,98 @@
+"""The everyday user path around the runs: `repro list` / `repro run --help` text, `repro ui` on a taken
+port, the MLflow experiment kind (runs table, not the GenAI traces page) and the links between the two UIs."""
+
+from __future__ import annotations
+
+import socket
+
+import pytest
+
+from flows import cli, servers
+from tasks.common import tracking
+from tasks.common.claims import claims_markdown
+
+
+def test_format_table_sizes_each_column_to_its_longest_cell():
+    text = cli.format_table(["a", "bb", "c"], [["long-paper-name", "x", "tail that is long"], ["p", "yyyy", "z"]])
+    lines = text.splitlines()
+    assert lines[0] == "a                bb    c"
+    assert lines[1] == "long-paper-name  x     tail that is long"
+    assert lines[2] == "p                yyyy  z"
+
+
+def test_list_columns_line_up(capsys):
+    assert cli.main(["list"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    start = lines[0].index("last run")
+    # Every row's third column starts where its header does: no column overflows into the next.
+    assert all(line[start - 2:start] == "  " and line[start] != " " for line in lines[1:])
+
+
+def test_run_help_lists_the_papers_and_explains_the_phases(capsys):
+    with pytest.raises(SystemExit):
+        cli.main(["run", "--help"])
+    out = capsys.readouterr().out
+    from flows.registry import papers
+
+    assert all(slug in out for slug in papers())
+    for phase in ("data", "train", "evaluate", "run", "all"):
+        assert f"\n  {phase} " in out
+
+
+def test_ui_on_a_taken_port_fails_before_starting_anything(monkeypatch, capsys):
+    started = []
+    monkeypatch.setattr(servers, "start_prefect", lambda *a, **k: started.append(1) or "http://x/api")
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen(1)
+        port = taken.getsockname()[1]
+        assert not servers.port_free(port)
+        assert cli.main(["ui", "--port", str(port)]) == 2
+    assert started == []
+    assert f"--port {port}: the port is in use" in capsys.readouterr().err
+    assert servers.port_free(port)
+
+
+def test_new_and_old_experiments_open_on_the_runs_table(tmp_path, monkeypatch):
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path / 'mlflow.db'}")
+    monkeypatch.setenv("REPRO_MLARTIFACTS", str(tmp_path / "mlartifacts"))
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient()
+    new_id = tracking.get_or_create_experiment("paper_a")
+    # An experiment written before the tag existed gets it on its next run.
+    old_id = client.create_experiment("paper_b", tags={"paper": "paper_b"})
+    assert tracking.get_or_create_experiment("paper_b") == old_id
+    for experiment_id in (new_id, old_id):
+        tags = client.get_experiment(experiment_id).tags
+        assert tags[tracking.EXPERIMENT_KIND_TAG] == "custom_model_development"
+    urls = tracking.experiments_runs_urls()
+    assert urls == {"paper_a": f"http://127.0.0.1:5000/#/experiments/{new_id}/runs",
+                    "paper_b": f"http://127.0.0.1:5000/#/experiments/{old_id}/runs"}
+
+
+def test_run_urls_follow_the_tracking_server(monkeypatch):
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", "http://mlflow.lab:8080/")
+    assert tracking.run_url("3", "abc") == "http://mlflow.lab:8080/#/experiments/3/runs/abc"
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", "sqlite:///x.db")
+    monkeypatch.setenv("REPRO_MLFLOW_PORT", "5055")
+    assert tracking.experiment_runs_url("7") == "http://127.0.0.1:5055/#/experiments/7/runs"
+
+
+def test_prefect_flow_run_url(monkeypatch):
+    assert tracking.prefect_flow_run_url(None) is None
+    monkeypatch.setenv("PREFECT_API_URL", "http://127.0.0.1:4321/api")
+    from prefect.settings import get_current_settings
+
+    if get_current_settings().api.url != "http://127.0.0.1:4321/api":
+        pytest.skip("Prefect settings were frozen before the variable was set")
+    assert tracking.prefect_flow_run_url("0000-11") == "http://127.0.0.1:4321/runs/flow-run/0000-11"
+
+
+def test_claims_table_header_names_each_column_once():
+    row = {"paper": "p", "id": "C1", "kind": "empirical", "claim": "x", "paper_value": 1, "metric": "m",
+           "check": "> 0", "preconditions": [], "mean": 1.0, "ci_low": 0.5, "ci_high": 1.5, "n_seeds": 3,
+           "verdict": "reproduced", "fidelity": "reconstructed", "seeds_needed": None, "interval": "t"}
+    header = claims_markdown([row], with_paper=True).splitlines()[0]
+    cells = [c.strip() for c in header.strip("|").split("|")]
+    assert len(cells) == len(set(cells)), cells
