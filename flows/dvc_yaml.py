@@ -54,11 +54,17 @@ def paper_stages(slug: str) -> dict[str, Any]:
                           step_module_name(slug, "figures"),
                           extra=(f"tasks/{slug}/claims.yaml", f"data/{slug}", f"models/{slug}")),
             "params": _params(slug),
-            "outs": [f"{reports}/evaluation", f"{reports}/figures", f"{reports}/metrics_per_seed.json",
+            # The plots' CSV sources stay plain outputs: several have grouping columns (seed, method,
+            # model) that DVC's templates cannot draw, and DVC's guessed axes were meaningless.
+            "outs": [f"{reports}/evaluation", f"{reports}/plots", f"{reports}/metrics_per_seed.json",
                      # small result files are committed to git so the repository shows the results
-                     {f"{reports}/claims.json": {"cache": False}}, {f"{reports}/claims.md": {"cache": False}}],
-            "metrics": [{f"{reports}/metrics.json": {"cache": False}}],
-            "plots": [f"{reports}/plots"]},
+                     {f"{reports}/claims.json": {"cache": False}}, {f"{reports}/claims.md": {"cache": False}},
+                     {f"{reports}/metrics.json": {"cache": False}}],
+            # One narrow row per paper in `dvc metrics show`: verdict counts (claims.headline_metrics).
+            "metrics": [{f"{reports}/headline.json": {"cache": False}}],
+            # The paper's figures, drawn by matplotlib with their axes, seeds and legends: `dvc plots show`
+            # embeds them as images, so the page needs no JavaScript from a CDN and renders offline.
+            "plots": [f"{reports}/figures"]},
     }
 
 

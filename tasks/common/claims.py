@@ -480,6 +480,21 @@ def is_counted(row: Mapping[str, Any]) -> bool:
     return row.get("kind", "empirical") in COUNTED_KINDS
 
 
+def headline_metrics(rows: Sequence[Mapping[str, Any]], n_seeds: int) -> dict[str, int]:
+    """``reports/<slug>/headline.json``, the paper's DVC metric: how many empirical claims got each verdict
+    (``report only`` rows excluded, as in ``reports/index.md``), the mechanism checks reproduced out of
+    all, and the seeds. The same keys for every paper, so ``dvc metrics show`` is one narrow row per paper;
+    the per-claim numbers stay in ``metrics.json`` and ``claims.json``."""
+    empirical = [r["verdict"] for r in rows
+                 if r.get("kind", "empirical") == "empirical" and r["verdict"] != REPORT_ONLY]
+    mechanism = [r["verdict"] for r in rows if r.get("kind") == "mechanism" and r["verdict"] != REPORT_ONLY]
+    headline = {"empirical_claims": len(empirical)}
+    headline |= {verdict.replace(" ", "_"): empirical.count(verdict) for verdict in VERDICTS}
+    headline |= {"mechanism_reproduced": mechanism.count(REPRODUCED), "mechanism_checks": len(mechanism),
+                 "n_seeds": int(n_seeds)}
+    return headline
+
+
 def format_number(x: float | None) -> str:
     if x is None:
         return "-"

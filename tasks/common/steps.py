@@ -15,7 +15,7 @@ from prefect import task
 from prefect.artifacts import create_link_artifact, create_markdown_artifact, create_table_artifact
 
 from tasks.common import interrupts, tracking
-from tasks.common.claims import claims_markdown, evaluate_claims, load_claims, write_claims
+from tasks.common.claims import claims_markdown, evaluate_claims, headline_metrics, load_claims, write_claims
 from tasks.common.devices import describe_device
 from tasks.common.env import repo_root
 from tasks.common.io import write_json
@@ -143,7 +143,8 @@ def summarise_metrics(results: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
 @task(name="publish-claims")
 def publish_claims(spec: RunSpec, parent_run_id: str, results: Sequence[Mapping[str, Any]],
                    claims_file: str, reports_dir: str, title: str, figures: Sequence[str] = ()) -> list[dict]:
-    """Verdicts over seeds -> claims.json/claims.md/metrics.json, and the same into MLflow and Prefect."""
+    """Verdicts over seeds -> claims.json/claims.md/metrics.json/headline.json, and the same into MLflow and
+    Prefect."""
     out = Path(reports_dir)
     rows = evaluate_claims(load_claims(claims_file), {int(r["seed"]): r["metrics"] for r in results},
                            spec.profile, spec.slug)
@@ -151,6 +152,7 @@ def publish_claims(spec: RunSpec, parent_run_id: str, results: Sequence[Mapping[
     summary = summarise_metrics(results)
     write_json(out / "metrics.json", summary["mean"] | {"n_seeds": len(results), "profile": spec.profile})
     write_json(out / "metrics_per_seed.json", summary)
+    write_json(out / "headline.json", headline_metrics(rows, len(results)))
     tracking.log_metrics(parent_run_id, {f"mean.{k}": v for k, v in summary["mean"].items()})
     tracking.log_table(parent_run_id, rows, "claims.json")
     tracking.log_artifact(parent_run_id, out / "claims.md")

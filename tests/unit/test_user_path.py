@@ -96,3 +96,34 @@ def test_claims_table_header_names_each_column_once():
     header = claims_markdown([row], with_paper=True).splitlines()[0]
     cells = [c.strip() for c in header.strip("|").split("|")]
     assert len(cells) == len(set(cells)), cells
+
+
+def test_headline_metrics_count_empirical_verdicts_and_mechanism_apart():
+    from tasks.common.claims import headline_metrics
+
+    rows = [{"kind": "empirical", "verdict": "reproduced"}, {"kind": "empirical", "verdict": "reproduced"},
+            {"kind": "empirical", "verdict": "not reproduced"}, {"verdict": "inconclusive"},
+            {"kind": "empirical", "verdict": "report only"}, {"kind": "empirical", "verdict": "undecided"},
+            {"kind": "empirical", "verdict": "not testable at this profile"},
+            {"kind": "mechanism", "verdict": "reproduced"}, {"kind": "mechanism", "verdict": "not reproduced"},
+            {"kind": "mechanism", "verdict": "report only"}, {"kind": "identity", "verdict": "verified"}]
+    assert headline_metrics(rows, 5) == {
+        "empirical_claims": 6, "reproduced": 2, "not_reproduced": 1, "inconclusive": 1, "undecided": 1,
+        "not_testable_at_this_profile": 1, "mechanism_reproduced": 1, "mechanism_checks": 2, "n_seeds": 5}
+
+
+def test_committed_headlines_match_the_committed_claims():
+    """headline.json (DVC's metric) says what claims.json says, for every paper in the pipeline."""
+    import json
+
+    from flows.registry import papers
+    from tasks.common.claims import headline_metrics
+    from tests.conftest import REPO
+
+    for slug in papers():
+        reports = REPO / "reports" / slug
+        if not (reports / "claims.json").exists():
+            continue
+        rows = json.loads((reports / "claims.json").read_text())
+        n_seeds = json.loads((reports / "metrics.json").read_text())["n_seeds"]
+        assert json.loads((reports / "headline.json").read_text()) == headline_metrics(rows, n_seeds), slug
