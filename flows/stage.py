@@ -70,10 +70,25 @@ def run_stage(slug: str, phase: str, profile: str | None, seeds: list[int] | Non
         interrupts.forget_all()
         interrupts.restore(previous_handlers)
     if phase not in ("data", "train"):
-        verdicts = result.get("verdicts", {})
-        print(f"[{slug}] profile={spec.profile} seeds={list(spec.seeds)}: "
-              + ", ".join(f"{k}={v}" for k, v in verdicts.items()))
+        print(run_summary(slug, spec.profile, list(spec.seeds), result))
     return 0
+
+
+def run_summary(slug: str, profile: str, seeds: list[int], result: dict) -> str:
+    """The lines a finished evaluation ends with: verdict counts, where the claims table is, the MLflow run."""
+    from collections import Counter
+
+    from tasks.common import tracking
+    from tasks.common.steps import paper_paths
+
+    counts = Counter(result.get("verdicts", {}).values())
+    claims_md = paper_paths(slug, profile).reports / "claims.md"
+    try:
+        run_url = tracking.run_url_of(result["parent_run_id"])
+    except Exception as err:  # noqa: BLE001 - the summary must not fail a finished run
+        run_url = f"(not available: {type(err).__name__})"
+    return (f"[{slug}] {profile}, seeds {seeds}: " + ", ".join(f"{n} {v}" for v, n in sorted(counts.items()))
+            + f"\n[{slug}] claims: {claims_md}\n[{slug}] MLflow run: {run_url} (open with `repro ui`)")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -35,7 +35,9 @@ def configure(profile: str | None = None) -> None:
         # The embedded server needs more than its 20 s default on a cold 2-core start.
         "PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS": "180",
         "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
-        "PREFECT_LOGGING_LEVEL": "WARNING",
+        # INFO: the flow run's own log lines (progress per seed, see paper_flow.SeedProgress) reach the
+        # terminal and the Prefect UI's log tab; at WARNING the UI said "This run didn't generate logs".
+        "PREFECT_LOGGING_LEVEL": "INFO",
         "PREFECT_RESULTS_PERSIST_BY_DEFAULT": "true",
         "DO_NOT_TRACK": "true",
         "MLFLOW_DISABLE_TELEMETRY": "true",
@@ -43,6 +45,10 @@ def configure(profile: str | None = None) -> None:
         "DVC_NO_ANALYTICS": "1",
         "TOKENIZERS_PARALLELISM": "false",
         "GIT_PYTHON_REFRESH": "quiet",
+        # No download or shard-loading bars between the log lines (the models are local and tiny).
+        "HF_DATASETS_DISABLE_PROGRESS_BARS": "1",
+        "HF_HUB_DISABLE_PROGRESS_BARS": "1",
+        "TRANSFORMERS_VERBOSITY": "error",
     }
     for key, value in defaults.items():
         os.environ.setdefault(key, value)

@@ -125,15 +125,56 @@ def seed_datasets(data_dir: Path, seed: int) -> list[str]:
     return [str(p) for p in files if p.name.endswith(f"seed{seed}.parquet") or not re.search(r"seed\d+", p.name)]
 
 
-def _progress(slug: str, seed: int, what: str):
+class SeedProgress:
+    """A seed's progress, as the training and evaluation steps report it (``progress(fraction, message)``):
+    a Prefect progress artifact (the UI's bar) and a line in the flow run's log (the UI and the terminal)
+    at each tenth of the way (no closer than ``min_gap_s``), every ``every_s`` seconds of a slow tenth, and at
+    the end, each with the
+    elapsed time and an ETA extrapolated from it. Throttled, because a step that reports every training step
+    would otherwise send thousands of log lines and artifact updates to the Prefect API."""
+
+    def __init__(self, slug: str, seed: int, what: str, log: Any, set_percent: Any, every_s: float = 30.0,
+                 min_gap_s: float = 2.0, clock: Any = None):
+        import time
+
+        self.label = f"[{slug}] {what} seed {seed}"
+        self.seed_prefix = re.compile(rf"^seed {seed}:\s*")
+        self.log, self.set_percent, self.every_s, self.min_gap_s = log, set_percent, every_s, min_gap_s
+        self.clock = clock or time.monotonic
+        self.started = self.clock()
+        self.last_time, self.last_tenth, self.last_percent = self.started, -1, -1
+
+    def eta(self, fraction: float, elapsed: float) -> str:
+        if fraction <= 0.0:
+            return "ETA -"
+        if fraction >= 1.0:
+            return "done"
+        return f"ETA {elapsed * (1.0 - fraction) / fraction:.0f} s"
+
+    def __call__(self, fraction: float, message: str) -> None:
+        fraction = min(max(float(fraction), 0.0), 1.0)
+        percent = int(100 * fraction)
+        if percent != self.last_percent:
+            self.set_percent(100.0 * fraction)
+            self.last_percent = percent
+        now, tenth = self.clock(), int(10 * fraction)
+        since = now - self.last_time
+        # A new tenth is logged unless the last line is under min_gap_s old (a seconds-long smoke step would
+        # otherwise print ten lines at once); the end is always logged.
+        due = (tenth != self.last_tenth and (since >= self.min_gap_s or self.last_tenth < 0)) or since >= self.every_s
+        if not due and fraction < 1.0:
+            return
+        self.last_time, self.last_tenth = now, tenth
+        elapsed = now - self.started
+        # Steps often start their message with "seed N:"; the label already says which seed.
+        text = self.seed_prefix.sub("", message)
+        self.log(f"{self.label} {percent:3d}% {text} ({elapsed:.0f} s, {self.eta(fraction, elapsed)})")
+
+
+def _progress(slug: str, seed: int, what: str) -> SeedProgress:
     artifact = create_progress_artifact(0.0, description=f"{slug}: {what} seed {seed}")
     logger = get_run_logger()
-
-    def progress(fraction: float, message: str) -> None:
-        update_progress_artifact(artifact, 100.0 * min(max(fraction, 0.0), 1.0))
-        logger.info("[%s] %s seed %d: %s", slug, what, seed, message)
-
-    return progress
+    return SeedProgress(slug, seed, what, logger.info, lambda percent: update_progress_artifact(artifact, percent))
 
 
 @task(name="prepare-data")

@@ -49,6 +49,10 @@ def verdict_counts(rows: list[dict[str, Any]], kind: str | tuple[str, ...] = "em
     return Counter(r["verdict"] for r in rows if r.get("kind", "empirical") in kinds)
 
 
+SUMMARY_COLUMNS = ("paper", "profile", "empirical claims", *VERDICTS, "mechanism (reproduced / all)",
+                   "identities and references", "report only")
+
+
 def _summary_cells(rows: list[dict[str, Any]]) -> list[str]:
     empirical = verdict_counts(rows)
     mechanism = verdict_counts(rows, "mechanism")
@@ -67,9 +71,7 @@ def build_index(papers: list[str], reports_dir: Path | None = None) -> tuple[Pat
     all_rows = [row for rows in by_paper.values() for row in rows]
     counted = [r for r in all_rows if is_counted(r)]
     md = ["# Claimed vs reproduced", "", RULE, "",
-          "| paper | profile | empirical claims | " + " | ".join(VERDICTS)
-          + " | mechanism (reproduced / all) | identities and references | report only |",
-          "|---|---|---|" + "---|" * (len(VERDICTS) + 3)]
+          "| " + " | ".join(SUMMARY_COLUMNS) + " |", "|" + "---|" * len(SUMMARY_COLUMNS)]
     for slug, rows in by_paper.items():
         profile = rows[0]["profile"] if rows else "not run"
         md.append(f"| [{slug}]({slug}/claims.md) | {profile} | " + " | ".join(_summary_cells(rows)) + " |")
@@ -100,23 +102,54 @@ def _html_row(r: dict[str, Any]) -> str:
     return f"<tr class='{css}'>" + "".join(f"<td>{html.escape(str(c))}</td>" for c in cells) + "</tr>"
 
 
+def _html_summary(by_paper: dict[str, list[dict[str, Any]]]) -> list[str]:
+    """The per-paper counts at the top of the page, as in index.md, each paper linked to its section and
+    its claims.md."""
+    parts = ["<table class='summary'><tr>" + "".join(f"<th>{html.escape(h)}</th>" for h in SUMMARY_COLUMNS)
+             + "</tr>"]
+    for slug, rows in by_paper.items():
+        profile = rows[0]["profile"] if rows else "not run"
+        name = (f"<a href='#{html.escape(slug)}'>{html.escape(slug)}</a> "
+                f"(<a href='{html.escape(slug)}/claims.md'>claims.md</a>)")
+        parts.append(f"<tr><td>{name}</td><td>{html.escape(profile)}</td>"
+                     + "".join(f"<td>{html.escape(c)}</td>" for c in _summary_cells(rows)) + "</tr>")
+    parts.append("</table>")
+    return parts
+
+
+def _html_figures(slug: str, reports_dir: Path) -> list[str]:
+    figures = sorted((reports_dir / slug / "figures").glob("*.png"))
+    if not figures:
+        return [f"<p class='note'>No figures here: they are outputs of the <code>evaluate-{html.escape(slug)}</code> "
+                f"stage, which has not run in this checkout (<code>dvc repro evaluate-{html.escape(slug)}</code>, "
+                "or <code>dvc pull</code> from a shared remote).</p>"]
+    return ["<div class='figures'>"] + [
+        f"<figure><img src='{html.escape(slug)}/figures/{html.escape(f.name)}' alt='{html.escape(f.stem)}'>"
+        f"<figcaption>{html.escape(f.name)}</figcaption></figure>" for f in figures] + ["</div>"]
+
+
 def _html(by_paper: dict[str, list[dict[str, Any]]], reports_dir: Path) -> str:
     parts = ["<!doctype html><html><head><meta charset='utf-8'><title>Claimed vs reproduced</title>",
-             "<style>body{font-family:sans-serif;max-width:1100px;margin:auto}table{border-collapse:collapse}"
-             "td,th{border:1px solid #ccc;padding:4px 6px;font-size:13px}img{max-width:48%;margin:4px}"
+             "<style>body{font-family:sans-serif;max-width:1200px;margin:auto;padding:0 12px}"
+             "table{border-collapse:collapse;margin-bottom:12px}"
+             "td,th{border:1px solid #ccc;padding:4px 6px;font-size:13px}"
+             ".summary td,.summary th{text-align:right}.summary td:first-child{text-align:left}"
+             # Figures one per row at up to the page width: matplotlib's panels stay legible.
+             "figure{margin:12px 0}figure img{max-width:100%;height:auto;border:1px solid #eee}"
+             "figcaption{font-size:12px;color:#555}.note{color:#8a5a00}"
              ".reproduced{background:#e3f4e1}.not{background:#f9dcdc}.inconclusive{background:#fdf3d7}</style>",
-             "</head><body><h1>Claimed vs reproduced</h1>", f"<p>{html.escape(RULE)}</p>"]
+             "</head><body><h1>Claimed vs reproduced</h1>", *_html_summary(by_paper),
+             f"<p>{html.escape(RULE)}</p>"]
     header = "".join(f"<th>{h}</th>" for h in ("id", "kind", "claim", "paper's value", "check", "ours (mean [95% CI])",
                                                 "verdict", "seeds needed", "fidelity"))
     for slug, rows in by_paper.items():
-        parts.append(f"<h2>{html.escape(slug)}</h2>")
+        parts.append(f"<h2 id='{html.escape(slug)}'>{html.escape(slug)}</h2>")
         if not rows:
             parts.append("<p>not run yet</p>")
             continue
         parts.append(f"<table><tr>{header}</tr>")
         parts += [_html_row(r) for r in sorted(rows, key=lambda r: not is_counted(r))]
         parts.append("</table>")
-        for fig in sorted((reports_dir / slug / "figures").glob("*.png")):
-            parts.append(f"<img src='{slug}/figures/{fig.name}' alt='{fig.stem}'>")
+        parts += _html_figures(slug, reports_dir)
     parts.append("</body></html>")
     return "\n".join(parts) + "\n"

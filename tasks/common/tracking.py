@@ -235,12 +235,18 @@ def log_table(run_id: str, rows: list[Mapping[str, Any]], artifact_file: str) ->
 
 def log_dataset(run_id: str, path: str | Path, context: str) -> None:
     """Record a parquet file as a run input (MLflow dataset tracking: name, digest, schema, source)."""
+    import warnings
+
     import mlflow.data
     import polars as pl
     from mlflow.entities import DatasetInput, InputTag
 
     path = Path(path)
-    dataset = mlflow.data.from_polars(pl.read_parquet(path), source=path.resolve().as_uri(), name=path.stem)
+    with warnings.catch_warnings():
+        # MLflow repeats, for every file of every seed, that a file:// source "can be interpreted in multiple
+        # ways" (two registered local-file source types) before taking the local artifact source.
+        warnings.filterwarnings("ignore", message="The specified dataset source can be interpreted in multiple ways")
+        dataset = mlflow.data.from_polars(pl.read_parquet(path), source=path.resolve().as_uri(), name=path.stem)
     entity = DatasetInput(dataset._to_mlflow_entity(), tags=[InputTag("mlflow.data.context", context)])
     _retry(_client().log_inputs, run_id, datasets=[entity])
 

@@ -127,3 +127,64 @@ def test_committed_headlines_match_the_committed_claims():
         rows = json.loads((reports / "claims.json").read_text())
         n_seeds = json.loads((reports / "metrics.json").read_text())["n_seeds"]
         assert json.loads((reports / "headline.json").read_text()) == headline_metrics(rows, n_seeds), slug
+
+
+class FakeClock:
+    def __init__(self):
+        self.now = 100.0
+
+    def __call__(self):
+        return self.now
+
+
+def test_seed_progress_logs_each_tenth_with_an_eta_and_no_doubled_seed_prefix():
+    from tasks.common.paper_flow import SeedProgress
+
+    lines, percents, clock = [], [], FakeClock()
+    progress = SeedProgress("arm_ebm", 3, "train", lines.append, percents.append, every_s=30.0, clock=clock)
+    for step in range(1, 1001):  # a step that reports every one of 1000 training steps
+        clock.now += 0.05
+        progress(step / 1000, f"seed 3: GPT-2 step {step}/1000, loss 0.5")
+    # one line per tenth (10%, ..., 100%) and the first call; not a thousand
+    assert len(lines) == 11, lines
+    assert lines[0] == "[arm_ebm] train seed 3   0% GPT-2 step 1/1000, loss 0.5 (0 s, ETA 50 s)"
+    assert lines[5] == "[arm_ebm] train seed 3  50% GPT-2 step 500/1000, loss 0.5 (25 s, ETA 25 s)"
+    assert lines[-1] == "[arm_ebm] train seed 3 100% GPT-2 step 1000/1000, loss 0.5 (50 s, done)"
+    assert percents[-1] == 100.0 and len(percents) == 101  # the UI's bar moves by whole percents
+
+
+def test_seed_progress_logs_a_slow_step_every_interval():
+    from tasks.common.paper_flow import SeedProgress
+
+    lines, clock = [], FakeClock()
+    progress = SeedProgress("p", 0, "evaluate", lines.append, lambda _: None, every_s=30.0, clock=clock)
+    progress(0.0, "start")
+    clock.now += 31
+    progress(0.01, "still going")  # same tenth, but 31 s later: logged
+    clock.now += 5
+    progress(0.02, "quiet")  # same tenth, 5 s later: not logged
+    assert [line.split("% ")[1].split(" (")[0] for line in lines] == ["start", "still going"]
+
+
+def test_run_summary_names_counts_claims_file_and_run(monkeypatch):
+    from flows import stage
+    from tasks.common import tracking
+
+    monkeypatch.setattr(tracking, "run_url_of", lambda run_id: f"http://127.0.0.1:5000/#/experiments/1/runs/{run_id}")
+    text = stage.run_summary("arm_ebm", "cpu", [0, 1, 2], {
+        "parent_run_id": "abc", "verdicts": {"C1": "reproduced", "C2": "reproduced", "C3": "inconclusive"}})
+    lines = text.splitlines()
+    assert lines[0] == "[arm_ebm] cpu, seeds [0, 1, 2]: 1 inconclusive, 2 reproduced"
+    assert lines[1].startswith("[arm_ebm] claims: ") and lines[1].endswith("reports/arm_ebm/claims.md")
+    assert lines[2] == "[arm_ebm] MLflow run: http://127.0.0.1:5000/#/experiments/1/runs/abc (open with `repro ui`)"
+
+
+def test_seed_progress_of_a_fast_step_is_brief():
+    from tasks.common.paper_flow import SeedProgress
+
+    lines, clock = [], FakeClock()
+    progress = SeedProgress("p", 0, "train", lines.append, lambda _: None, clock=clock)
+    for step in range(1, 21):  # a two-second smoke training
+        clock.now += 0.1
+        progress(step / 20, f"step {step}")
+    assert [line.split("% ")[1].split(" (")[0] for line in lines] == ["step 1", "step 20"]
