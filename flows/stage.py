@@ -59,11 +59,12 @@ def run_stage(slug: str, phase: str, profile: str | None, seeds: list[int] | Non
     flow = with_runner(load_flow(slug), runner if phase != "data" else "threads", dask_address)
     from tasks.common import interrupts
     from tasks.common.paper_flow import RunError
+    from tasks.common.tracking import TrackingStoreError
 
     previous_handlers = interrupts.install()
     try:
         result = flow(profile=spec.profile, seeds=list(spec.seeds), phase=phase)
-    except RunError as err:
+    except (RunError, TrackingStoreError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 1
     finally:

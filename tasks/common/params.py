@@ -143,9 +143,29 @@ def validate_paper_section(slug: str, section: Any) -> dict[str, ProfileConfig]:
     return configs
 
 
+# No size, count or step number of any paper at any profile comes near this (the largest is 200,000); a value
+# above it is a typo that would otherwise fail minutes later, or allocate until the machine swaps.
+MAX_PARAM_INT = 10_000_000
+
+
+def check_integer_bounds(key: str, value: Any) -> None:
+    """Every integer of a profile section is at most ``MAX_PARAM_INT`` in absolute value (papers' configs add
+    tighter bounds of their own)."""
+    if isinstance(value, dict):
+        for name, item in value.items():
+            check_integer_bounds(f"{key}.{name}", item)
+    elif isinstance(value, list | tuple):
+        for i, item in enumerate(value):
+            check_integer_bounds(f"{key}[{i}]", item)
+    elif isinstance(value, int) and not isinstance(value, bool) and abs(value) > MAX_PARAM_INT:
+        raise ParamsError(f"{key}: {value} is beyond {MAX_PARAM_INT:,}, the largest size, count or step number "
+                          "any profile accepts (a typo?)")
+
+
 def validate_profile_section(model: type[ProfileConfig], key: str, section: Any) -> ProfileConfig:
     """One profile section, validated with JSON's strict types: ``true`` is no integer and ``"3"`` no number
     (pydantic's lax Python mode would read them as 1 and 3), while YAML lists still fill tuple fields."""
+    check_integer_bounds(key, section or {})
     try:
         payload = json.dumps(section or {})
     except (TypeError, ValueError) as err:

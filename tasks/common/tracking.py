@@ -43,8 +43,10 @@ def _ensure_store(uri: str) -> None:
     db_path.parent.mkdir(parents=True, exist_ok=True)
     with open(db_path.with_name(db_path.name + ".lock"), "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
-        MlflowClient(tracking_uri=uri).search_experiments(max_results=1)
-        fcntl.flock(lock, fcntl.LOCK_UN)
+        try:
+            _retry(lambda: MlflowClient(tracking_uri=uri).search_experiments(max_results=1))
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
     _READY_STORES.add(uri)
 
 
@@ -131,6 +133,32 @@ def provenance_tags(profile: str, seeds: tuple[int, ...] | list[int], params_has
     return tags
 
 
+class TrackingStoreError(RuntimeError):
+    """The MLflow store cannot be used (a SQLite file locked past the retries, or damaged): the command line
+    prints this one-line message, which names the file and the next step, instead of a traceback."""
+
+
+def _sqlite_path() -> Path | None:
+    uri = os.environ.get("MLFLOW_TRACKING_URI", "")
+    return Path(uri.removeprefix("sqlite:///")) if uri.startswith("sqlite:///") else None
+
+
+def store_problem(err: BaseException, attempts: int) -> TrackingStoreError | None:
+    """A user-facing error for the store failures a user can act on; None for anything else."""
+    text, db = str(err).lower(), _sqlite_path()
+    where = str(db) if db else os.environ.get("MLFLOW_TRACKING_URI", "the MLflow store")
+    if "locked" in text:
+        return TrackingStoreError(
+            f"{where} stayed locked through {attempts} retries: another process holds a write on it (a second "
+            f"flow, or an `mlflow server`/`repro ui` mid-write); find it with `fuser {where}`, let it finish "
+            "or stop it, then rerun (finished seeds are kept)")
+    if "malformed" in text or "not a database" in text:
+        return TrackingStoreError(
+            f"{where} is damaged ({str(err).splitlines()[0][:120]}); move it aside "
+            f"(`mv {where} {where}.broken`) and rerun: a new store is created and the runs are logged again")
+    return None
+
+
 def _retry(fn, *args, attempts: int = 8, **kwargs):
     # SQLite serialises writers; two flows logging at once can see "database is locked".
     delay = 0.2
@@ -138,10 +166,14 @@ def _retry(fn, *args, attempts: int = 8, **kwargs):
         try:
             return fn(*args, **kwargs)
         except Exception as err:  # noqa: BLE001 - MLflow wraps the sqlite error in its own types
-            if "locked" not in str(err).lower() or attempt == attempts - 1:
-                raise
-            time.sleep(delay)
-            delay *= 2
+            if "locked" in str(err).lower() and attempt < attempts - 1:
+                time.sleep(delay)
+                delay *= 2
+                continue
+            problem = store_problem(err, attempts)
+            if problem is not None:
+                raise problem from err
+            raise
     raise AssertionError("unreachable")
 
 

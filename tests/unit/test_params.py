@@ -54,6 +54,11 @@ def test_resolve_overrides_and_hash(output_root):
         (lambda p: p.update(papers=["arm_ebm", ".."]), r"papers\[1\]: unknown paper '\.\.'"),
         (lambda p: p.update(papers=["../x"]), r"papers\[0\]: unknown paper '\.\./x'"),
         (lambda p: p.update(papers=["../../x"]), r"papers\[0\]: unknown paper '\.\./\.\./x'"),
+        # sizes without an upper bound of their own: refused before any compute, not when allocating
+        (lambda p: p["arm_ebm"]["cpu"]["gpt2"].update(n_embd=1_000_000_000_000),
+         r"arm_ebm\.cpu\.gpt2\.n_embd: 1000000000000 is beyond 10,000,000"),
+        (lambda p: p["arm_ebm"]["cpu"]["bound"].update(horizons=[2, 3, 10**9]),
+         r"arm_ebm\.cpu\.bound\.horizons\[2\]: 1000000000 is beyond"),
     ],
 )
 def test_bad_params_name_the_key(output_root, mutate, message):
