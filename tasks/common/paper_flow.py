@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import hashlib
 import importlib
+import logging
 import os
 import re
 from collections.abc import Sequence
@@ -59,6 +60,28 @@ WORKERS = 3
 class RunError(RuntimeError):
     """A condition the user fixes (a phase's input missing, an output folder not writable): the command line
     prints its message as one line and the next step, with no traceback."""
+
+
+class UserErrorTracebackFilter(logging.Filter):
+    """Prefect's flow engine logs every exception that ends a flow run with its traceback. For the errors a
+    user fixes (``RunError``, an unusable MLflow store, a bad parameter) the message says what to do and the
+    traceback only buries it: keep the log line (terminal and Prefect UI), drop the traceback."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        from tasks.common.params import ParamsError
+        from tasks.common.tracking import TrackingStoreError
+
+        error = record.exc_info[1] if record.exc_info else None
+        if isinstance(error, RunError | TrackingStoreError | ParamsError):
+            record.exc_info, record.exc_text = None, None
+        return True
+
+
+def quiet_user_error_tracebacks() -> None:
+    """Install ``UserErrorTracebackFilter`` on Prefect's flow-run logger (once)."""
+    flow_runs = logging.getLogger("prefect.flow_runs")
+    if not any(isinstance(f, UserErrorTracebackFilter) for f in flow_runs.filters):
+        flow_runs.addFilter(UserErrorTracebackFilter())
 
 
 def check_parquet_files(slug: str, data_dir: Path) -> None:
@@ -311,6 +334,7 @@ def run_paper(slug: str, profile: str | None, seeds: Sequence[int] | None, phase
     """The paper's flow body: the phases asked for, in order."""
     if phase not in PHASES:
         raise ValueError(f"phase: must be one of {'|'.join(PHASES)}, got {phase!r}")
+    quiet_user_error_tracebacks()
     spec = resolve_run(slug, profile, seeds)
     configure(spec.profile)
     interrupts.opened(flow_run_id=current_flow_run_id())

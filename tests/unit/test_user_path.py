@@ -188,3 +188,24 @@ def test_seed_progress_of_a_fast_step_is_brief():
         clock.now += 0.1
         progress(step / 20, f"step {step}")
     assert [line.split("% ")[1].split(" (")[0] for line in lines] == ["step 1", "step 20"]
+
+
+def test_user_errors_lose_their_traceback_in_prefects_log_but_bugs_keep_it():
+    import logging
+    import sys
+
+    from tasks.common.paper_flow import RunError, UserErrorTracebackFilter
+    from tasks.common.tracking import TrackingStoreError
+
+    def record_of(error):
+        try:
+            raise error
+        except Exception:
+            return logging.LogRecord("prefect.flow_runs", logging.ERROR, __file__, 1, "failed: %r", (error,),
+                                     sys.exc_info())
+
+    for user_error in (RunError("run the data phase first"), TrackingStoreError("mlflow.db is damaged")):
+        record = record_of(user_error)
+        assert UserErrorTracebackFilter().filter(record) and record.exc_info is None
+    bug = record_of(ZeroDivisionError("a bug"))
+    assert UserErrorTracebackFilter().filter(bug) and bug.exc_info is not None
