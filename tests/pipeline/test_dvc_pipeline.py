@@ -63,7 +63,7 @@ def test_metrics_show_is_one_narrow_row_per_paper(repo_copy):
     repo, env = repo_copy
     metrics = dvc(repo, env, "metrics", "show", "--json")
     assert metrics.returncode == 0, metrics.stderr
-    data = json.loads(metrics.stdout)["workspace"]["data"]
+    data = json.loads(metrics.stdout)[""]["data"]  # DVC 3 keys the workspace as ""
     papers = yaml.safe_load((repo / "params.yaml").read_text())["papers"]
     assert set(data) == {f"reports/{slug}/headline.json" for slug in papers}
     keys = {key for entry in data.values() for key in entry["data"]}
