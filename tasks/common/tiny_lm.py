@@ -85,4 +85,22 @@ def save_model(model: GPT2LMHeadModel, directory: str | Path) -> Path:
 
 
 def load_model(directory: str | Path, dtype: torch.dtype = torch.float32) -> GPT2LMHeadModel:
-    return GPT2LMHeadModel.from_pretrained(str(directory), dtype=dtype).eval()
+    """A model ``save_model`` wrote, safe to call from the flow's seed threads at once.
+
+    Not ``GPT2LMHeadModel.from_pretrained``: with transformers 5, models loaded that way on parallel threads
+    can come back with the output layer untied from the token embedding and left randomly initialised (the
+    "lm_head MISSING" message is printed in the healthy case too). Here the model is built from its saved
+    config under the init lock (``build_tiny_gpt2``), the safetensors weights loaded, and the tie checked.
+    """
+    from safetensors.torch import load_file
+
+    directory = Path(directory)
+    model = build_tiny_gpt2(GPT2Config.from_pretrained(str(directory)), seed=0)
+    state = load_file(str(directory / "model.safetensors"))
+    missing, unexpected = model.load_state_dict(state, strict=False)
+    # save_pretrained drops lm_head.weight, which GPT-2 ties to the token embedding (tie_word_embeddings).
+    tied = model.lm_head.weight is model.transformer.wte.weight
+    if set(missing) - {"lm_head.weight"} or unexpected or not tied:
+        raise ValueError(f"{directory}: checkpoint does not match its config (missing {missing}, unexpected "
+                         f"{unexpected}, output layer tied to the embedding: {tied})")
+    return model.to(dtype).eval()
