@@ -138,6 +138,7 @@ class HubConfig(ProfileConfig):
     max_new_tokens: StrictInt = Field(ge=1, le=4096)
     dtype: Literal["float32", "float16", "bfloat16"] = "bfloat16"
     replicates: StrictInt = Field(ge=1, le=100, description="classrooms per seed driven by the LLM")
+    rater_sample: StrictInt = Field(ge=10, le=100_000, description="narrations coded by the LLM Rater")
 
 
 class EdumirrorConfig(PaperConfig):

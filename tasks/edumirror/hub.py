@@ -25,7 +25,6 @@ from tasks.edumirror.config import EdumirrorConfig, HubConfig
 from tasks.edumirror.measurement import NAMES, narrate
 from tasks.edumirror.simulation import CATEGORIES, AgentView, Option
 
-RATER_SAMPLE = 200
 OPTION_TEXT = {"exclude": "leave {t} out of the group", "rumour": "spread a rumour about {t}",
                "confront": "shove {t}", "help": "help {t} and include them", "comfort": "comfort {t}",
                "socialise": "chat and play with {t}", "report": "tell the teacher what happened",
@@ -138,9 +137,9 @@ def evaluate(cfg: EdumirrorConfig, seed: int, data_dir: Path, model_dir: Path, d
     result = simulate_and_measure(small, seed, model_dir, policy, progress)
     rng = np.random.default_rng([seed, 99])
     events = [simulation.Event(0, int(a), act, int(t), False)
-              for a, act, t in zip(rng.integers(5, size=RATER_SAMPLE),
-                                   rng.choice(list(simulation.CATEGORY_OF), size=RATER_SAMPLE),
-                                   rng.integers(5, size=RATER_SAMPLE), strict=True)]
+              for a, act, t in zip(rng.integers(5, size=hub.rater_sample),
+                                   rng.choice(list(simulation.CATEGORY_OF), size=hub.rater_sample),
+                                   rng.integers(5, size=hub.rater_sample), strict=True)]
     texts = [narrate(e.action, e.actor, e.target if simulation.CATEGORY_OF[e.action] != 3 else None,
                      int(rng.integers(6)), int(rng.integers(8))) for e in events]
     codes, unparsed = llm_code(llm, texts, hub.max_new_tokens)
