@@ -15,5 +15,6 @@ def claim_metrics(cfg: EdumirrorConfig, result: SeedResult) -> dict[str, float]:
            "individual_minus_punitive": m["delta_individual"] - m["delta_punitive"],
            "punitive_minus_neglect": m["delta_punitive"],
            "sweep_ordering_fraction": m["sweep_orderings_held"] / m["sweep_settings"],
-           "integrity_rate": m["integrity_passed"] / m["integrity_checks"]}
+           "integrity_rate": m["integrity_passed"] / m["integrity_checks"],
+           "pg_increasing_pairs_rate": m["pg_increasing_pairs"] / m["pg_adjacent_pairs"]}
     return out

@@ -236,6 +236,8 @@ def simulate_and_measure(cfg: EdumirrorConfig, seed: int, model_dir: Path, polic
     rate_at = dict(zip(s.pg_thetas, rates, strict=True))
     result.add(pg_spearman=method.spearman(thetas, rates),
                pg_random_rate_range=float(random_rates.max() - random_rates.min()),
+               pg_increasing_pairs=float(np.sum(np.diff(rates[np.argsort(thetas)]) > 0)),
+               pg_adjacent_pairs=float(len(thetas) - 1),
                tables={"public_goods": pg_rows})
     if all(t in rate_at for t in (-15.0, 0.0, 45.0)):
         result.add(pg_svo_order_margin=float(min(rate_at[0.0] - rate_at[-15.0], rate_at[45.0] - rate_at[0.0])))
