@@ -23,10 +23,8 @@ import numpy as np
 
 from tasks.common.results import Progress, SeedResult, no_progress
 from tasks.edumirror import method, simulation
-from tasks.edumirror.baselines import RandomPolicy
 from tasks.edumirror.config import EdumirrorConfig
-from tasks.edumirror.measurement import (N_PARAPHRASES, SETTINGS, latent_self_esteem, narrate, need_scale_scores,
-                                         survey)
+from tasks.edumirror.measurement import N_PARAPHRASES, SETTINGS, latent_self_esteem, narrate, need_scale_scores, survey
 from tasks.edumirror.simulation import GOALS, Event, ValueDrivenPolicy
 from tasks.edumirror.train import load_rater
 
@@ -255,6 +253,7 @@ def simulate_and_measure(cfg: EdumirrorConfig, seed: int, model_dir: Path, polic
                                                    np.random.default_rng([seed, SURVEY_STREAM, k]))}
                 for k, sd in enumerate(m.survey_noise_grid)]
         result.add(tables={"survey_noise_grid": grid})
-    progress(1.0, f"Rater kappa {result.metrics['rater_kappa']:.3f}, Surveyor r {result.metrics['surveyor_need_r']:.3f}")
+    m_out = result.metrics
+    progress(1.0, f"Rater kappa {m_out['rater_kappa']:.3f}, Surveyor r {m_out['surveyor_need_r']:.3f}")
     return result
 

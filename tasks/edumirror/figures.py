@@ -72,7 +72,8 @@ def make_figures(cfg: EdumirrorConfig, results: list[SeedResult], figures_dir: P
     axes[0, 0].set(ylabel="victim need change vs neglect (tick end)", title="E2 per-need change by teacher goal")
     written += [save_figure(fig, Path(figures_dir) / "need_change_by_branch.png"),
                 write_plot_csv([{"goal": g, "need": n, "mean": float(np.mean(v)), "count": len(v)}
-                                for (g, n), v in sorted(deltas.items())], Path(plots_dir) / "need_change_by_branch.csv")]
+                                for (g, n), v in sorted(deltas.items())],
+                               Path(plots_dir) / "need_change_by_branch.csv")]
 
     fig, axes = new_figure(ncols=2)
     pg: dict[float, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
