@@ -190,3 +190,29 @@ def test_ordering_margin():
     assert method.ordering_margin(0.1, 0.5, 0.6) == pytest.approx(0.1)
     assert method.ordering_margin(0.1, 0.5, 1.5) == pytest.approx(0.4)
     assert method.ordering_margin(0.6, 0.5, 1.5) == pytest.approx(-0.1)
+
+
+def test_softmaxes_are_shift_stable_for_large_values():
+    """Large logits overflow without the max shift; the shift is per row for a batch."""
+    p = method.softmax_probabilities(np.array([1000.0, 1000.0 + math.log(3.0)]), 1.0)
+    assert np.allclose(p, [0.25, 0.75], atol=1e-12)
+    w = method.deficit_weights(np.array([[7.0, 7, 7, 7, 7], [0.0, 7, 7, 7, 7]]), np.full(5, 7.0), np.ones(5), 200.0)
+    assert np.allclose(w[0], 0.2, atol=1e-12) and np.allclose(w[1], [1.0, 0, 0, 0, 0], atol=1e-12)
+
+
+def test_statistics_edge_cases_by_hand():
+    assert method.pearson(np.array([0.0, 0.1]), np.array([0.0, 0.2])) == pytest.approx(1.0)  # tiny variances
+    assert method.average_ranks(np.array([1.0, 2.0, 2.0])).tolist() == [1.0, 2.5, 2.5]  # a tie at the end
+    # totals (0, 1, 2): variance exactly 1; item variances 1/3 each: alpha = 2 (1 - 2/3) = 2/3
+    assert method.cronbach_alpha(np.array([[0.0, 0.0], [1.0, 0.0], [1.0, 1.0]])) == pytest.approx(2 / 3)
+    c = method.confusion_matrix(np.array([0.0, 1.0, 1.0]), np.array([1.0, 1.0, 0.0]), 2)
+    assert c.dtype == np.int64 and c.tolist() == [[0, 1], [1, 1]]
+
+
+def test_scoring_is_batched_and_leaves_the_answers_alone():
+    answers = np.array([[4.0] * 10, [1.0, 2, 3, 4, 1, 2, 3, 4, 1, 2]])
+    before = answers.copy()
+    assert method.rses_score(answers).tolist() == [25.0, 28.0]
+    assert np.array_equal(answers, before)
+    method.reverse_code(answers, 4, (1,))
+    assert np.array_equal(answers, before)
