@@ -1,7 +1,8 @@
 """Evaluation step of edumirror: runs the experiments E1-E4 and the measurement checks; derives no claim numbers.
 
 - E1 bullying: a healthy and a vulnerable victim (initial needs), ``replicates`` classrooms each; victim need
-  trajectories and their slope over ticks 0..slope_window.
+  trajectories and their slope over ticks 0..slope_window; the same classrooms with random-policy agents
+  (baselines.RandomPolicy: no values) as the reference of what the harness alone does.
 - E2 interventions: each classroom runs to ``branch_tick`` under neglect, branches into the four teacher goals
   from the identical state (RNG included) and runs to ``ticks``; victim needs at the end per branch; the
   counterfactual-integrity checks on every classroom.
@@ -23,6 +24,7 @@ import numpy as np
 
 from tasks.common.results import Progress, SeedResult, no_progress
 from tasks.edumirror import method, simulation
+from tasks.edumirror.baselines import RandomPolicy
 from tasks.edumirror.config import EdumirrorConfig
 from tasks.edumirror.measurement import N_PARAPHRASES, SETTINGS, latent_self_esteem, narrate, need_scale_scores, survey
 from tasks.edumirror.simulation import GOALS, Event, ValueDrivenPolicy
@@ -173,6 +175,13 @@ def simulate_and_measure(cfg: EdumirrorConfig, seed: int, model_dir: Path, polic
                tables={"e1_trajectories": [{"condition": c, "tick": t, "replicate": r, "composite": float(v)}
                                            for c, arr in trajectories.items() for r, row in enumerate(arr)
                                            for t, v in enumerate(row)]})
+    with result.stage("e1_random_policy"):  # baseline: the same classrooms with agents that ignore their values
+        random_trajectories, _, _ = run_e1(cfg, seed, RandomPolicy())
+    random_slopes = {c: np.array([method.ols_slope(t[:window]) for t in random_trajectories[c]])
+                     for c in random_trajectories}
+    result.add(random_policy_slope_healthy=float(random_slopes["healthy"].mean()),
+               random_policy_slope_vulnerable=float(random_slopes["vulnerable"].mean()),
+               random_policy_healthy_final_composite=float(random_trajectories["healthy"][:, -1].mean()))
     progress(0.15, f"E1 slopes healthy {slopes['healthy'].mean():.3f}, vulnerable {slopes['vulnerable'].mean():.3f}")
 
     with result.stage("e2"):
