@@ -16,5 +16,10 @@ def claim_metrics(cfg: EdumirrorConfig, result: SeedResult) -> dict[str, float]:
            "punitive_minus_neglect": m["delta_punitive"],
            "sweep_ordering_fraction": m["sweep_orderings_held"] / m["sweep_settings"],
            "integrity_rate": m["integrity_passed"] / m["integrity_checks"],
-           "pg_increasing_pairs_rate": m["pg_increasing_pairs"] / m["pg_adjacent_pairs"]}
+           "pg_increasing_pairs_rate": m["pg_increasing_pairs"] / m["pg_adjacent_pairs"],
+           "cooperative_breadth_margin": m["cooperative_second_smallest_need_delta"]
+           - max(m["individual_second_smallest_need_delta"], m["punitive_second_smallest_need_delta"]),
+           "no_retaliation_risk_slope_healthy_minus_vulnerable":
+               m["no_retaliation_risk_slope_healthy"] - m["no_retaliation_risk_slope_vulnerable"],
+           "surveyor_need_r_minus_expected": m["surveyor_need_r"] - m["surveyor_need_r_expected"]}
     return out

@@ -6,8 +6,9 @@
 - E2 interventions: each classroom runs to ``branch_tick`` under neglect, branches into the four teacher goals
   from the identical state (RNG included) and runs to ``ticks``; victim needs at the end per branch; the
   counterfactual-integrity checks on every classroom.
-- Sensitivity sweep: E2 (``sweep_replicates`` classrooms) at the default effect sizes and at every corner of
-  {scales}^3 over the aggression, prosocial and teacher effect groups; whether the ordering holds in each.
+- Sensitivity sweep: E2 (``sweep_replicates`` classrooms) at the default effect sizes, at every corner of
+  {scales}^3 over the punitive, individual (counselling) and cooperative (class meeting) teacher groups, and at
+  each scale of the aggression and prosocial groups one at a time; whether the ordering holds in each.
 - E3 cooperation: a public-goods game per SVO angle, value-driven and random-policy agents.
 - E4 scalability: E2 at each class size; run time per tick and whether the ordering holds.
 - Measurement: the Rater codes the narrations of E1's events (against their true categories); the Surveyor
@@ -26,7 +27,16 @@ from tasks.common.results import Progress, SeedResult, no_progress
 from tasks.edumirror import method, simulation
 from tasks.edumirror.baselines import RandomPolicy
 from tasks.edumirror.config import EdumirrorConfig
-from tasks.edumirror.measurement import N_PARAPHRASES, SETTINGS, latent_self_esteem, narrate, need_scale_scores, survey
+from tasks.edumirror.measurement import (
+    N_PARAPHRASES,
+    NEED_ITEM_POINTS,
+    NEED_ITEMS_PER_NEED,
+    SETTINGS,
+    latent_self_esteem,
+    narrate,
+    need_scale_scores,
+    survey,
+)
 from tasks.edumirror.simulation import GOALS, Event, ValueDrivenPolicy
 from tasks.edumirror.train import load_rater
 
@@ -86,10 +96,14 @@ def branched_classrooms(cfg: EdumirrorConfig, world: simulation.World, policy: s
 
 
 def sweep_settings(scales: list[float]) -> list[dict[str, float]]:
-    """The default effect sizes, then every corner of scales^3 over the effect groups."""
-    corners = [dict(zip(simulation.EFFECT_GROUPS, c, strict=True))
-               for c in itertools.product(scales, repeat=len(simulation.EFFECT_GROUPS))]
-    return [{g: 1.0 for g in simulation.EFFECT_GROUPS}, *corners]
+    """The default effect sizes; every corner of scales^3 over the three teacher groups (punishment, counselling,
+    class meeting vary independently, so the counselling-to-meeting ratio that decides the ordering moves); then
+    each student group (aggression, prosocial) at each scale with the rest at default (one at a time)."""
+    default = {g: 1.0 for g in simulation.EFFECT_GROUPS}
+    teacher_corners = [default | dict(zip(simulation.TEACHER_EFFECT_GROUPS, c, strict=True))
+                       for c in itertools.product(scales, repeat=len(simulation.TEACHER_EFFECT_GROUPS))]
+    student_one_at_a_time = [default | {g: x} for g in simulation.STUDENT_EFFECT_GROUPS for x in scales]
+    return [default, *teacher_corners, *student_one_at_a_time]
 
 
 def run_public_goods(cfg: EdumirrorConfig, seed: int) -> list[dict]:
@@ -143,10 +157,15 @@ def survey_validity(needs: np.ndarray, noise_sd: float, acquiescence_sd: float, 
     rses, need_answers = survey(needs, noise_sd, acquiescence_sd, rng)
     scores = need_scale_scores(need_answers)
     rses_coded = method.reverse_code(rses, method.RSES_POINTS, method.RSES_REVERSE_ITEMS)
+    expected_r = [method.expected_scale_r(float(needs[:, k].std()), method.NEED_MAX - method.NEED_MIN,
+                                          NEED_ITEM_POINTS, NEED_ITEMS_PER_NEED, 1, noise_sd, acquiescence_sd)
+                  for k in range(5)]
+    alpha, alpha_uncoded = method.cronbach_alpha(rses_coded), method.cronbach_alpha(rses)
     return {"surveyor_need_r": float(np.mean([method.pearson(scores[:, k], needs[:, k]) for k in range(5)])),
+            "surveyor_need_r_expected": float(np.mean(expected_r)),
             "surveyor_rses_r": method.pearson(method.rses_score(rses), latent_self_esteem(needs)),
-            "surveyor_rses_alpha": method.cronbach_alpha(rses_coded),
-            "surveyor_rses_alpha_uncoded": method.cronbach_alpha(rses)}
+            "surveyor_rses_alpha": alpha, "surveyor_rses_alpha_uncoded": alpha_uncoded,
+            "surveyor_rses_reverse_coding_gain": alpha - alpha_uncoded}
 
 
 def evaluate(cfg: EdumirrorConfig, seed: int, data_dir: Path, model_dir: Path, device: str = "cpu",
@@ -182,6 +201,13 @@ def simulate_and_measure(cfg: EdumirrorConfig, seed: int, model_dir: Path, polic
     result.add(random_policy_slope_healthy=float(random_slopes["healthy"].mean()),
                random_policy_slope_vulnerable=float(random_slopes["vulnerable"].mean()),
                random_policy_healthy_final_composite=float(random_trajectories["healthy"][:, -1].mean()))
+    with result.stage("e1_no_retaliation_risk"):  # ablation: bullies see no risk in attacking healthy targets
+        no_risk = cfg.model_copy(update={"agent": cfg.agent.model_copy(update={"retaliation_risk": 0.0})})
+        no_risk_trajectories, _, _ = run_e1(no_risk, seed, policy)
+    no_risk_slopes = {c: float(np.mean([method.ols_slope(t[:window]) for t in no_risk_trajectories[c]]))
+                      for c in no_risk_trajectories}
+    result.add(no_retaliation_risk_slope_healthy=no_risk_slopes["healthy"],
+               no_retaliation_risk_slope_vulnerable=no_risk_slopes["vulnerable"])
     progress(0.15, f"E1 slopes healthy {slopes['healthy'].mean():.3f}, vulnerable {slopes['vulnerable'].mean():.3f}")
 
     with result.stage("e2"):
@@ -191,11 +217,14 @@ def simulate_and_measure(cfg: EdumirrorConfig, seed: int, model_dir: Path, polic
     neglect_final = np.array([r.victim_final["neglect"] for r in runs])
     checks = [r.shared_state_ok for r in runs] + [bool(r.neglect_matches_unbranched) for r in runs]
     result.add({f"delta_{g}": float(composite(d).mean()) for g, d in deltas.items()})
-    result.add({f"delta_cooperative_{name}": float(deltas["cooperative"][:, k].mean())
-                for k, name in enumerate(method.NEED_NAMES)})
-    coop_need_means = np.sort(deltas["cooperative"].mean(axis=0))
+    result.add({f"delta_{g}_{name}": float(d[:, k].mean())
+                for g, d in deltas.items() for k, name in enumerate(method.NEED_NAMES)})
+    # Breadth of improvement: ">= 4 of 5 needs improve" is "the second-smallest per-need mean change > 0", so
+    # comparing the goals' second-smallest changes compares how broadly (at the 4-of-5 level) each improves.
+    result.add({f"{g}_second_smallest_need_delta": float(np.sort(d.mean(axis=0))[1]) for g, d in deltas.items()})
+    result.add(cooperative_beats_individual_needs=float(np.sum(deltas["cooperative"].mean(axis=0)
+                                                               > deltas["individual"].mean(axis=0))))
     result.add(ordering_margin=ordering_of(deltas),
-               cooperative_second_smallest_need_delta=float(coop_need_means[1]),
                neglect_final_composite=float(composite(neglect_final).mean()),
                integrity_passed=float(sum(checks)), integrity_checks=float(len(checks)),
                tables={"e2_need_deltas": [{"goal": g, "replicate": r, "need": name, "delta": float(d[r, k])}
@@ -251,9 +280,10 @@ def simulate_and_measure(cfg: EdumirrorConfig, seed: int, model_dir: Path, polic
 
     with result.stage("measurement"):
         result.add(rate_narrations(cfg, seed, model_dir, events))
+        # Each classroom's states at tick 0 and the branch tick are shared by its four branches: surveyed once.
         respondents = np.concatenate([np.concatenate(snapshots),
-                                      *[r.trajectories[g][[0, s.branch_tick, s.ticks]].reshape(-1, 5)
-                                        for r in runs for g in GOALS]])
+                                      *[r.trajectories["neglect"][[0, s.branch_tick]].reshape(-1, 5) for r in runs],
+                                      *[r.trajectories[g][s.ticks] for r in runs for g in GOALS]])
         rng = np.random.default_rng([seed, SURVEY_STREAM])
         result.add(survey_validity(respondents, m.survey_noise_sd, m.acquiescence_sd, rng),
                    latent_need_sd=float(respondents.std(axis=0).mean()),

@@ -11,6 +11,8 @@ prior work it names (D2A's desire dynamics, Murphy's SVO angle); the paper gives
 - Need decay (D2A-style):                      n <- n + clip(b - n, -rate, rate), then clipped to [0, 10]
 - RSES (Rosenberg, 10 items, 4-point):         sum of positive items + sum of (5 - reverse items)
 - Cohen's kappa, Cronbach's alpha, Pearson / Spearman correlations, OLS slope: the measurement statistics.
+- Expected validity of a Likert scale under the project's response model (closed form, no clipping): the
+  reference that the Surveyor's correlation is compared with.
 """
 
 from __future__ import annotations
@@ -170,3 +172,22 @@ def ordering_margin(punitive: float, individual: float, cooperative: float) -> f
     """Smallest gap of the ordering cooperative > individual > punitive (composite change vs neglect);
     positive exactly when the strict ordering among the active strategies holds."""
     return float(min(cooperative - individual, individual - punitive))
+
+
+def expected_scale_r(latent_sd: float, latent_range: float, points: int, n_items: int, n_reverse: int,
+                     noise_sd: float, acquiescence_sd: float) -> float:
+    """Pearson r between a latent trait and the reverse-coded mean of its Likert items, in closed form.
+
+    Response model (measurement.likert): answer = round(1 + (points - 1) L + a + e) with L = latent / range,
+    a ~ N(0, acquiescence_sd^2) shared by a respondent's items, e ~ N(0, noise_sd^2) per item; a reverse-worded
+    item answers with 1 - L and is reverse-coded (points + 1 - answer), which flips the sign of its a and e.
+    Treating the rounding error as an independent uniform (variance 1/12) and ignoring the clipping at 1 and
+    ``points`` (which only attenuates r further), the mean of the k coded items is
+    1 + (points - 1) L + a (k - 2 r) / k + noise of variance (noise_sd^2 + 1/12) / k, so
+    r = (points - 1) sd(L) / sqrt((points - 1)^2 var(L) + acq^2 (k - 2 r)^2 / k^2 + (noise^2 + 1/12) / k)."""
+    if n_items < 1 or not 0 <= n_reverse <= n_items:
+        raise ValueError(f"need 1 <= n_items and 0 <= n_reverse <= n_items, got {n_items}, {n_reverse}")
+    signal = (points - 1) * latent_sd / latent_range
+    bias = acquiescence_sd * (n_items - 2 * n_reverse) / n_items
+    noise_var = (noise_sd ** 2 + 1.0 / 12.0) / n_items
+    return float(signal / math.sqrt(signal ** 2 + bias ** 2 + noise_var))

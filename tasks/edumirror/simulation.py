@@ -37,7 +37,11 @@ IS_AGGRESSIVE = np.array([a in AGGRESSIVE for a in ACTIONS])
 IS_NORM_EXCLUSION = np.array([a in NORM_EXCLUSION for a in ACTIONS])
 HELP = ACTION_INDEX["help"]
 SAFETY, BELONGING, ESTEEM = 0, 1, 2
-EFFECT_GROUPS = ("aggression", "prosocial", "teacher")
+# The sweep scales each group on its own. The three teacher groups are separate so that counselling, the class
+# meeting and punishment can vary independently (their ratio decides the intervention ordering).
+STUDENT_EFFECT_GROUPS = ("aggression", "prosocial")
+TEACHER_EFFECT_GROUPS = ("teacher_punitive", "teacher_individual", "teacher_cooperative")
+EFFECT_GROUPS = STUDENT_EFFECT_GROUPS + TEACHER_EFFECT_GROUPS
 
 
 @dataclass(frozen=True)
@@ -112,8 +116,9 @@ class World:
 
 def build_world(cfg: EdumirrorConfig, scales: dict[str, float] | None = None) -> World:
     """The classroom rules from the config; ``scales`` multiplies the effect sizes of a group of actions
-    (``aggression``: exclude, rumour, confront; ``prosocial``: help, comfort, socialise; ``teacher``: punishment,
-    counselling and the class-meeting norms) for the sensitivity sweep."""
+    (``aggression``: exclude, rumour, confront; ``prosocial``: help, comfort, socialise; ``teacher_punitive``: the
+    punishment's effect and its public cost; ``teacher_individual``: counselling; ``teacher_cooperative``: the
+    class-meeting norms) for the sensitivity sweep."""
     scales = {g: 1.0 for g in EFFECT_GROUPS} | dict(scales or {})
     unknown = set(scales) - set(EFFECT_GROUPS)
     if unknown:
@@ -127,12 +132,12 @@ def build_world(cfg: EdumirrorConfig, scales: dict[str, float] | None = None) ->
         target.append(np.asarray(effect.target) * scale)
         detection.append(effect.detection)
     t, a = cfg.teacher, cfg.agent
-    teacher = scales["teacher"]
+    punitive, individual, cooperative = (scales[g] for g in TEACHER_EFFECT_GROUPS)
     return World(
         actor_effect=np.array(actor), target_effect=np.array(target), detection=np.array(detection),
-        punish=np.asarray(t.punish) * teacher, counsel=np.asarray(t.counsel) * teacher,
-        punish_public_cost=t.punish_public_cost, punish_memory=t.punish_memory,
-        norm_help=t.norm_help * teacher, norm_exclude=t.norm_exclude * teacher, meeting_period=t.meeting_period,
+        punish=np.asarray(t.punish) * punitive, counsel=np.asarray(t.counsel) * individual,
+        punish_public_cost=t.punish_public_cost * punitive, punish_memory=t.punish_memory,
+        norm_help=t.norm_help * cooperative, norm_exclude=t.norm_exclude * cooperative, meeting_period=t.meeting_period,
         norm_decay=t.norm_decay, need_target=a.need_target, need_baseline=a.need_baseline,
         decay_rate=a.decay_rate, priorities=np.asarray(a.priorities), beta=a.beta, proposals=a.proposals,
         tom_noise_sd=a.tom_noise_sd, affinity_rate=a.affinity_rate, retaliation_threshold=a.retaliation_threshold,

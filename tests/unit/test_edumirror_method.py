@@ -1,5 +1,5 @@
-"""edumirror method: the brief's deterministic checks (a)1-(a)6 as exact values on non-degenerate inputs, with
-negative controls that break the library through monkeypatch and show the same check fails."""
+"""edumirror method: the acceptance checks (a)1-(a)6 of the README ("Design") as exact values on non-degenerate
+inputs, with negative controls that break the library through monkeypatch and show the same check fails."""
 
 from __future__ import annotations
 
@@ -135,7 +135,7 @@ def test_negative_control_wrong_reverse_items_are_caught(monkeypatch):
     assert rses_cases() != [25.0, 25.0, 40.0, 28.0]
 
 
-def test_a6_kappa_and_alpha():
+def check_a6_kappa_and_alpha() -> None:
     assert method.cohens_kappa(np.array([[20, 5], [10, 15]])) == pytest.approx(0.40, abs=1e-12)
     assert method.cohens_kappa(np.diag([3, 4, 5])) == pytest.approx(1.0, abs=1e-12)
     # 3 classes by hand: n = 11, p_o = 6/11, row sums (4, 3, 4), column sums (3, 4, 4): p_e = 40/121,
@@ -151,6 +151,20 @@ def test_a6_kappa_and_alpha():
         method.cronbach_alpha(np.ones((4, 1)))
 
 
+def test_a6_kappa_and_alpha():
+    check_a6_kappa_and_alpha()
+
+
+def test_negative_control_alpha_without_the_k_over_k_minus_1_factor_is_caught(monkeypatch):
+    def alpha_without_factor(items: np.ndarray) -> float:
+        items = np.asarray(items, dtype=float)
+        return float(1.0 - items.var(axis=0, ddof=1).sum() / items.sum(axis=1).var(ddof=1))
+
+    monkeypatch.setattr(method, "cronbach_alpha", alpha_without_factor)
+    with pytest.raises(AssertionError):
+        check_a6_kappa_and_alpha()
+
+
 def test_confusion_matrix_counts_pairs():
     c = method.confusion_matrix([0, 0, 1, 2, 2, 2], [0, 1, 1, 2, 0, 2], 3)
     assert c.tolist() == [[1, 1, 0], [0, 1, 0], [1, 0, 2]]
@@ -158,7 +172,41 @@ def test_confusion_matrix_counts_pairs():
 
 def test_negative_control_kappa_without_chance_correction_is_caught(monkeypatch):
     monkeypatch.setattr(method, "cohens_kappa", lambda c: float(np.trace(c) / np.sum(c)))
-    assert method.cohens_kappa(np.array([[20, 5], [10, 15]])) != pytest.approx(0.40, abs=1e-3)
+    with pytest.raises(AssertionError):
+        check_a6_kappa_and_alpha()
+
+
+def test_expected_scale_r_closed_form_by_hand():
+    # latent sd 2 of range 10 on a 7-point scale: signal 6 * 0.2 = 1.2; 3 items, 1 reversed: acquiescence 0.4 enters
+    # as 0.4 / 3; noise (0.25 + 1/12) / 3. r = 1.2 / sqrt(1.44 + 0.16/9 + (1/3)/3)
+    assert method.expected_scale_r(2.0, 10.0, 7, 3, 1, 0.5, 0.4) == pytest.approx(
+        1.2 / math.sqrt(1.44 + 0.16 / 9 + (0.25 + 1 / 12) / 3), abs=1e-12)
+    # balanced keying cancels acquiescence: 10 items, 5 reversed, 4-point, latent sd 1.5 of range 10: signal 0.45
+    assert method.expected_scale_r(1.5, 10.0, 4, 10, 5, 0.5, 3.0) == pytest.approx(
+        0.45 / math.sqrt(0.45 ** 2 + (0.25 + 1 / 12) / 10), abs=1e-12)
+    assert method.expected_scale_r(0.0, 10.0, 7, 3, 1, 0.5, 0.4) == 0.0
+    with pytest.raises(ValueError, match="n_reverse"):
+        method.expected_scale_r(2.0, 10.0, 7, 3, 4, 0.5, 0.4)
+
+
+def test_expected_scale_r_matches_the_simulated_surveyor():
+    """The closed form against the response model itself, on latents away from the scale ends (no clipping)."""
+    from tasks.edumirror.measurement import need_scale_scores, survey
+
+    needs = np.random.default_rng(3).uniform(2.5, 7.5, size=(20000, 5))
+    _, answers = survey(needs, 0.5, 0.4, np.random.default_rng(4))
+    scores = need_scale_scores(answers)
+    observed = np.mean([method.pearson(scores[:, k], needs[:, k]) for k in range(5)])
+    expected = method.expected_scale_r(float(needs[:, 0].std()), 10.0, 7, 3, 1, 0.5, 0.4)
+    assert observed == pytest.approx(expected, abs=0.005)
+
+
+def test_negative_control_expected_r_ignoring_acquiescence_is_caught(monkeypatch):
+    original = method.expected_scale_r
+    monkeypatch.setattr(method, "expected_scale_r",
+                        lambda sd, rng, pts, k, rev, noise, acq: original(sd, rng, pts, k, rev, noise, 0.0))
+    with pytest.raises(AssertionError):
+        test_expected_scale_r_closed_form_by_hand()
 
 
 def test_correlations_and_slope_exact():

@@ -143,16 +143,43 @@ def test_class_roles_and_feasible_options():
 
 def test_sweep_scales_the_effect_groups():
     settings = sweep_settings([0.5, 1.5])
-    assert len(settings) == 9 and settings[0] == {"aggression": 1.0, "prosocial": 1.0, "teacher": 1.0}
-    world = simulation.build_world(CPU, {"aggression": 0.5, "teacher": 1.5})
+    default = {g: 1.0 for g in simulation.EFFECT_GROUPS}
+    assert len(settings) == 1 + 8 + 4 and settings[0] == default
+    teacher = [tuple(x[g] for g in simulation.TEACHER_EFFECT_GROUPS) for x in settings[1:9]]
+    assert len(set(teacher)) == 8 and all(x["aggression"] == x["prosocial"] == 1.0 for x in settings[1:9])
+    assert settings[9:] == [default | {"aggression": 0.5}, default | {"aggression": 1.5},
+                            default | {"prosocial": 0.5}, default | {"prosocial": 1.5}]
+    world = simulation.build_world(CPU, {"aggression": 0.5, "teacher_individual": 1.5, "teacher_cooperative": 0.5,
+                                         "teacher_punitive": 2.0})
     base = simulation.build_world(CPU)
     exclude = simulation.ACTION_INDEX["exclude"]
     assert np.allclose(world.target_effect[exclude], 0.5 * base.target_effect[exclude])
-    assert np.allclose(world.counsel, 1.5 * base.counsel) and world.norm_help == 1.5 * base.norm_help
+    assert np.allclose(world.counsel, 1.5 * base.counsel)
+    assert world.norm_help == 0.5 * base.norm_help and world.norm_exclude == 0.5 * base.norm_exclude
+    assert np.allclose(world.punish, 2.0 * base.punish)
+    assert world.punish_public_cost == 2.0 * base.punish_public_cost
     assert np.allclose(world.actor_effect[simulation.ACTION_INDEX["study"]],
                        base.actor_effect[simulation.ACTION_INDEX["study"]])
     with pytest.raises(ValueError, match="unknown effect groups"):
-        simulation.build_world(CPU, {"bystanders": 2.0})
+        simulation.build_world(CPU, {"teacher": 2.0})
+
+
+def test_cooperative_breadth_margin_by_hand():
+    from tasks.common.results import SeedResult
+    from tasks.edumirror.claim_metrics import claim_metrics
+
+    metrics = {"slope_healthy": 0.1, "slope_vulnerable": -0.2, "delta_cooperative": 1.0, "delta_individual": 3.0,
+               "delta_punitive": -0.1, "sweep_orderings_held": 1.0, "sweep_settings": 4.0, "integrity_passed": 4.0,
+               "integrity_checks": 4.0, "pg_increasing_pairs": 5.0, "pg_adjacent_pairs": 6.0,
+               "cooperative_second_smallest_need_delta": 0.6, "individual_second_smallest_need_delta": 1.1,
+               "punitive_second_smallest_need_delta": -0.3, "no_retaliation_risk_slope_healthy": -0.04,
+               "no_retaliation_risk_slope_vulnerable": -0.05, "surveyor_need_r": 0.93,
+               "surveyor_need_r_expected": 0.95}
+    out = claim_metrics(CPU, SeedResult(0).add(metrics))
+    assert out["cooperative_breadth_margin"] == pytest.approx(0.6 - 1.1)
+    assert out["no_retaliation_risk_slope_healthy_minus_vulnerable"] == pytest.approx(0.01)
+    assert out["surveyor_need_r_minus_expected"] == pytest.approx(-0.02)
+    assert out["slope_healthy_minus_vulnerable"] == pytest.approx(0.3)
 
 
 def test_ordering_of_mean_deltas():
