@@ -408,3 +408,38 @@ def test_gated_attention_with_unit_gate_equals_standard_attention():
 def test_gated_attention_rejects_indivisible_heads():
     with pytest.raises(ValueError, match="divisible"):
         method.GatedSelfAttention(10, 4, gated=True)
+
+
+# ------------------------------------------------- middle-layer headroom, layer chosen on validation (finding 8)
+
+
+def test_middle_layer_gain_selects_on_validation_not_test():
+    # 3 layers x 2 readouts (cls, mean). On validation the best non-last pair is (layer 1, mean): 52 > 50 > 40 > 30.
+    val = np.array([[40.0, 52.0], [50.0, 30.0], [99.0, 99.0]])  # the last layer is never a candidate
+    test = np.array([[70.0, 45.0], [80.0, 20.0], [60.0, 41.0]])
+    gain, layer, readout = method.middle_layer_gain(val, test)
+    # test(layer 1, mean) - test(last, mean) = 45 - 41, although test data would have picked (layer 2, cls): +20
+    assert (gain, layer, readout) == (pytest.approx(4.0), 1, 1)
+    val_cls = np.array([[10.0], [20.0], [0.0]])
+    test_cls = np.array([[30.0], [25.0], [27.0]])
+    assert method.middle_layer_gain(val_cls, test_cls) == (pytest.approx(-2.0), 2, 0)  # the gain can be negative
+
+
+def test_middle_layer_gain_rejects_mismatched_shapes():
+    with pytest.raises(ValueError, match="must be the same"):
+        method.middle_layer_gain(np.zeros((3, 2)), np.zeros((3, 1)))
+    with pytest.raises(ValueError, match="layers >= 2"):
+        method.middle_layer_gain(np.zeros((1, 2)), np.zeros((1, 2)))
+
+
+def test_negative_control_selecting_on_test_inflates_the_gain(monkeypatch):
+    """A variant that picks the layer on the test mAPs (the old best_middle_lp_map) fails the exact check above."""
+    def on_test(val_maps, test_maps):
+        test = np.asarray(test_maps, dtype=float)
+        layer, readout = np.unravel_index(int(np.argmax(test[:-1])), test[:-1].shape)
+        return float(test[layer, readout] - test[-1, readout]), int(layer) + 1, int(readout)
+
+    monkeypatch.setattr(method, "middle_layer_gain", on_test)
+    val = np.array([[40.0, 52.0], [50.0, 30.0], [99.0, 99.0]])
+    test = np.array([[70.0, 45.0], [80.0, 20.0], [60.0, 41.0]])
+    assert method.middle_layer_gain(val, test)[0] != pytest.approx(4.0)
