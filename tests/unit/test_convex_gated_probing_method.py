@@ -423,6 +423,9 @@ def test_middle_layer_gain_selects_on_validation_not_test():
     val_cls = np.array([[10.0], [20.0], [0.0]])
     test_cls = np.array([[30.0], [25.0], [27.0]])
     assert method.middle_layer_gain(val_cls, test_cls) == (pytest.approx(-2.0), 2, 0)  # the gain can be negative
+    # two layers (the smallest valid input): the only non-last layer is layer 1
+    assert method.middle_layer_gain(np.array([[1.0, 3.0], [5.0, 5.0]]), np.array([[9.0, 8.0], [6.0, 2.0]])) == (
+        pytest.approx(6.0), 1, 1)
 
 
 def test_middle_layer_gain_rejects_mismatched_shapes():
