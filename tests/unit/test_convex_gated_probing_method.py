@@ -446,3 +446,28 @@ def test_negative_control_selecting_on_test_inflates_the_gain(monkeypatch):
     val = np.array([[40.0, 52.0], [50.0, 30.0], [99.0, 99.0]])
     test = np.array([[70.0, 45.0], [80.0, 20.0], [60.0, 41.0]])
     assert method.middle_layer_gain(val, test)[0] != pytest.approx(4.0)
+
+
+def test_mel_filterbank_matches_the_htk_formulas_exactly():
+    n_fft, n_mels, sample_rate = 64, 5, 8000
+    hz_to_mel = lambda f: 2595.0 * np.log10(1.0 + f / 700.0)  # noqa: E731
+    mel_to_hz = lambda m: 700.0 * (10.0 ** (m / 2595.0) - 1.0)  # noqa: E731
+    freqs = np.linspace(0.0, sample_rate / 2, n_fft // 2 + 1)
+    edges = mel_to_hz(np.linspace(0.0, hz_to_mel(sample_rate / 2), n_mels + 2))
+    expected = np.stack([np.clip(np.minimum((freqs - edges[m]) / (edges[m + 1] - edges[m]),
+                                            (edges[m + 2] - freqs) / (edges[m + 2] - edges[m + 1])), 0.0, None)
+                         for m in range(n_mels)], axis=1)
+    assert np.allclose(method.mel_filterbank(n_fft, n_mels, sample_rate).numpy(), expected, atol=1e-6)
+
+
+def test_log_mel_frontend_uses_the_given_hop():
+    waves = torch.randn(2, 800, generator=torch.Generator().manual_seed(0))
+    n_fft, hop, n_mels = 64, 32, 8
+    n_frames = 800 // hop + 1  # centred STFT: every frame kept, no padding or cropping
+    spec = torch.stft(waves, n_fft=n_fft, hop_length=hop, window=torch.hann_window(n_fft), return_complex=True,
+                      center=True).abs().pow(2)
+    db = 10.0 * torch.log10((spec.transpose(1, 2) @ method.mel_filterbank(n_fft, n_mels, 8000)).clamp_min(1e-10))
+    expected = method.minmax_per_clip(db)
+    out = method.log_mel_frontend(waves, 8000, n_fft, hop, n_mels, n_frames)
+    assert out.shape == (2, n_frames, n_mels)
+    assert torch.allclose(out, expected, atol=1e-5)
