@@ -1,6 +1,7 @@
 """Every claim's number of convex_gated_probing, derived from the measurements only (costs seconds to change).
 
-Claims read gate_lp_spearman and lp_max_gradient straight from the evaluation's metrics."""
+Claims read gate_lp_spearman, lp_max_gradient and middle_layer_lp_gain (its layer chosen on a validation split in
+evaluate.py) straight from the evaluation's metrics."""
 
 from __future__ import annotations
 
@@ -20,7 +21,6 @@ def claim_metrics(cfg: ConvexGatedProbingConfig, result: SeedResult) -> dict[str
         "cgp_minus_lcgp": m["cgp_map"] - m["lcgp_map"],
         "cgp_minus_head2toe": m["cgp_map"] - m["head2toe_map"],
         "gate_gain": m["cgp_map"] - m["cgp_frozen_last_gate_map"],
-        "middle_layer_lp_gain": m["best_middle_lp_map"] - m["lp_map"],
         "planted_margin": m["planted_cgp_map"] - m["planted_lp_map"],
         "planted_frozen_gate_margin": m["planted_frozen_gate_map"] - m["planted_lp_map"],
         "planted_pass_rate": m["planted_passed_count"] / m["planted_trials"],

@@ -40,11 +40,12 @@ class EncoderConfig(ProfileConfig):
     heads: int = Field(ge=1, le=16, strict=True)
     gated_attention: bool
     decoder_dim: int = Field(ge=8, le=1024, strict=True)
-    decoder_depth: int = Field(ge=1, le=12, strict=True)
+    decoder_depth: int = Field(ge=0, le=12, strict=True)  # 0: a linear decoder (LayerNorm + Linear, SimMIM-style)
     mask_ratio: float = Field(gt=0, lt=1)
     ssl_steps: int = Field(ge=1, le=1_000_000, strict=True)
     ssl_batch: int = Field(ge=2, le=4096, strict=True)
     ssl_lr: float = Field(gt=0, le=1)
+    cls_loss_weight: float = Field(ge=0, le=100)  # data2vec-2-style cls regression of the clip summary (0: MAE only)
 
     @model_validator(mode="after")
     def _heads_divide(self) -> EncoderConfig:

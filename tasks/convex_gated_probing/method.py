@@ -236,6 +236,20 @@ def prior_entropy(labels: np.ndarray) -> float:
     return float(np.mean(-p * np.log(p) - (1 - p) * np.log(1 - p)))
 
 
+def middle_layer_gain(val_maps: np.ndarray, test_maps: np.ndarray) -> tuple[float, int, int]:
+    """Held-out gain of the best NON-last layer's linear probe over the last layer's, with the layer chosen on a
+    validation split (no selection on test data).
+
+    ``val_maps`` and ``test_maps`` are (L, R) mAPs of per-layer probes (layers x readouts, e.g. cls and mean
+    patch). The pair (l*, r*) = argmax over l < L and r of ``val_maps`` is chosen on validation only; the gain is
+    test_maps[l*, r*] - test_maps[L, r*] (the last layer read the same way). Returns (gain, l* 1-indexed, r*)."""
+    val, test = np.asarray(val_maps, dtype=float), np.asarray(test_maps, dtype=float)
+    if val.shape != test.shape or val.ndim != 2 or val.shape[0] < 2:
+        raise ValueError(f"val_maps {val.shape} and test_maps {test.shape} must be the same (layers >= 2, readouts)")
+    layer, readout = np.unravel_index(int(np.argmax(val[:-1])), val[:-1].shape)
+    return float(test[layer, readout] - test[-1, readout]), int(layer) + 1, int(readout)
+
+
 def gap_closure(probe: float, linear: float, finetune: float) -> float:
     """(probe - LP) / (FT - LP): the fraction of the fine-tuning gap a probe closes (Table 5, derived)."""
     return (probe - linear) / (finetune - linear)

@@ -31,7 +31,7 @@ def pretrain(cfg: ConvexGatedProbingConfig, spec: torch.Tensor, seed: int, progr
              ) -> tuple[AudioViT, list[float]]:
     e = cfg.encoder
     with torch_init_seed(seed):
-        mae = MAE(new_encoder(cfg), e.decoder_dim, e.decoder_depth, e.heads, e.mask_ratio)
+        mae = MAE(new_encoder(cfg), e.decoder_dim, e.decoder_depth, e.heads, e.mask_ratio, e.cls_loss_weight)
     mae.encoder.set_input_statistics(spec)
     generator = torch.Generator().manual_seed(seed)
     optimiser = torch.optim.AdamW(mae.parameters(), lr=e.ssl_lr, betas=(0.9, 0.95), weight_decay=0.05)

@@ -408,3 +408,66 @@ def test_gated_attention_with_unit_gate_equals_standard_attention():
 def test_gated_attention_rejects_indivisible_heads():
     with pytest.raises(ValueError, match="divisible"):
         method.GatedSelfAttention(10, 4, gated=True)
+
+
+# ------------------------------------------------- middle-layer headroom, layer chosen on validation (finding 8)
+
+
+def test_middle_layer_gain_selects_on_validation_not_test():
+    # 3 layers x 2 readouts (cls, mean). On validation the best non-last pair is (layer 1, mean): 52 > 50 > 40 > 30.
+    val = np.array([[40.0, 52.0], [50.0, 30.0], [99.0, 99.0]])  # the last layer is never a candidate
+    test = np.array([[70.0, 45.0], [80.0, 20.0], [60.0, 41.0]])
+    gain, layer, readout = method.middle_layer_gain(val, test)
+    # test(layer 1, mean) - test(last, mean) = 45 - 41, although test data would have picked (layer 2, cls): +20
+    assert (gain, layer, readout) == (pytest.approx(4.0), 1, 1)
+    val_cls = np.array([[10.0], [20.0], [0.0]])
+    test_cls = np.array([[30.0], [25.0], [27.0]])
+    assert method.middle_layer_gain(val_cls, test_cls) == (pytest.approx(-2.0), 2, 0)  # the gain can be negative
+    # two layers (the smallest valid input): the only non-last layer is layer 1
+    assert method.middle_layer_gain(np.array([[1.0, 3.0], [5.0, 5.0]]), np.array([[9.0, 8.0], [6.0, 2.0]])) == (
+        pytest.approx(6.0), 1, 1)
+
+
+def test_middle_layer_gain_rejects_mismatched_shapes():
+    with pytest.raises(ValueError, match="must be the same"):
+        method.middle_layer_gain(np.zeros((3, 2)), np.zeros((3, 1)))
+    with pytest.raises(ValueError, match="layers >= 2"):
+        method.middle_layer_gain(np.zeros((1, 2)), np.zeros((1, 2)))
+
+
+def test_negative_control_selecting_on_test_inflates_the_gain(monkeypatch):
+    """A variant that picks the layer on the test mAPs (the old best_middle_lp_map) fails the exact check above."""
+    def on_test(val_maps, test_maps):
+        test = np.asarray(test_maps, dtype=float)
+        layer, readout = np.unravel_index(int(np.argmax(test[:-1])), test[:-1].shape)
+        return float(test[layer, readout] - test[-1, readout]), int(layer) + 1, int(readout)
+
+    monkeypatch.setattr(method, "middle_layer_gain", on_test)
+    val = np.array([[40.0, 52.0], [50.0, 30.0], [99.0, 99.0]])
+    test = np.array([[70.0, 45.0], [80.0, 20.0], [60.0, 41.0]])
+    assert method.middle_layer_gain(val, test)[0] != pytest.approx(4.0)
+
+
+def test_mel_filterbank_matches_the_htk_formulas_exactly():
+    n_fft, n_mels, sample_rate = 64, 5, 8000
+    hz_to_mel = lambda f: 2595.0 * np.log10(1.0 + f / 700.0)  # noqa: E731
+    mel_to_hz = lambda m: 700.0 * (10.0 ** (m / 2595.0) - 1.0)  # noqa: E731
+    freqs = np.linspace(0.0, sample_rate / 2, n_fft // 2 + 1)
+    edges = mel_to_hz(np.linspace(0.0, hz_to_mel(sample_rate / 2), n_mels + 2))
+    expected = np.stack([np.clip(np.minimum((freqs - edges[m]) / (edges[m + 1] - edges[m]),
+                                            (edges[m + 2] - freqs) / (edges[m + 2] - edges[m + 1])), 0.0, None)
+                         for m in range(n_mels)], axis=1)
+    assert np.allclose(method.mel_filterbank(n_fft, n_mels, sample_rate).numpy(), expected, atol=1e-6)
+
+
+def test_log_mel_frontend_uses_the_given_hop():
+    waves = torch.randn(2, 800, generator=torch.Generator().manual_seed(0))
+    n_fft, hop, n_mels = 64, 32, 8
+    n_frames = 800 // hop + 1  # centred STFT: every frame kept, no padding or cropping
+    spec = torch.stft(waves, n_fft=n_fft, hop_length=hop, window=torch.hann_window(n_fft), return_complex=True,
+                      center=True).abs().pow(2)
+    db = 10.0 * torch.log10((spec.transpose(1, 2) @ method.mel_filterbank(n_fft, n_mels, 8000)).clamp_min(1e-10))
+    expected = method.minmax_per_clip(db)
+    out = method.log_mel_frontend(waves, 8000, n_fft, hop, n_mels, n_frames)
+    assert out.shape == (2, n_frames, n_mels)
+    assert torch.allclose(out, expected, atol=1e-5)

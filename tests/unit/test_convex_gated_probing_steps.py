@@ -10,8 +10,16 @@ import yaml
 
 from tasks.common.params import ParamsError, validate_paper_section
 from tasks.convex_gated_probing import baselines, data, evaluate, method
+from tasks.convex_gated_probing import encoder as encoder_module
 from tasks.convex_gated_probing.config import CONFIG, DataConfig, PlantedConfig, ProbeConfig
-from tasks.convex_gated_probing.encoder import MAE, AudioViT, FineTuneModel, layer_decay_groups, patchify
+from tasks.convex_gated_probing.encoder import (
+    MAE,
+    AudioViT,
+    FineTuneModel,
+    clip_summary_target,
+    layer_decay_groups,
+    patchify,
+)
 
 PROBE = ProbeConfig(n_prototypes=64, steps=1000, warmup_steps=100, batch=48, lr=1e-3, weight_decay=0.2, dropout=0.2,
                     lp_l2=1e-3)
@@ -138,6 +146,52 @@ def test_encoder_layer_features_and_mae_loss():
     assert torch.allclose(encoder.norm(torch.cat([cls[:, -1:], patch[:, -1]], dim=1)), encoder(spec), atol=1e-6)
     loss = MAE(encoder, 16, 1, 2, 0.75).loss(spec, torch.Generator().manual_seed(0))
     assert loss.ndim == 0 and torch.isfinite(loss) and loss > 0
+
+
+def test_clip_summary_target_exact():
+    # 2 clips x 2 patches x 2 components: per-clip means (2, 3) and (4, 7); over the batch the means are (3, 5)
+    # and the (unbiased) stds sqrt(2) and sqrt(8), so clip 1 gets (-1/sqrt 2, -2/sqrt 8) and clip 2 the opposite
+    target = torch.tensor([[[1.0, 2.0], [3.0, 4.0]], [[3.0, 6.0], [5.0, 8.0]]])
+    expected = torch.tensor([[-1.0, -2.0], [1.0, 2.0]]) / torch.tensor([2.0, 8.0]).sqrt()
+    assert torch.allclose(clip_summary_target(target), expected, atol=1e-5)
+    # a summary shared by every clip carries nothing: its target is zero
+    assert torch.allclose(clip_summary_target(torch.ones(3, 4, 2)), torch.zeros(3, 2))
+
+
+def cls_token_gradient(cls_loss_weight: float) -> float:
+    torch.manual_seed(0)
+    encoder = AudioViT(16, 8, 4, 16, 2, 2, gated=True)
+    mae = MAE(encoder, 16, 1, 2, 0.75, cls_loss_weight)
+    # the cls token reaches the reconstruction only through attention; the summary loss reads its output directly
+    mae.loss(torch.rand(6, 16, 8), torch.Generator().manual_seed(0)).backward()
+    return float(mae.cls_predict.weight.grad.abs().sum()) if mae.cls_predict.weight.grad is not None else 0.0
+
+
+def test_cls_loss_trains_the_cls_readout_and_weight_zero_is_plain_mae():
+    assert cls_token_gradient(1.0) > 0
+    assert cls_token_gradient(0.0) == 0.0
+    torch.manual_seed(0)
+    spec = torch.rand(6, 16, 8)
+    mae = MAE(AudioViT(16, 8, 4, 16, 2, 2, gated=True), 16, 1, 2, 0.75, 2.0)
+    with_cls = mae.loss(spec, torch.Generator().manual_seed(0))
+    mae.cls_loss_weight = 0.0
+    plain = mae.loss(spec, torch.Generator().manual_seed(0))
+    target = patchify(spec, 4)
+    target = (target - target.mean(-1, keepdim=True)) / (target.var(-1, keepdim=True) + 1e-6).sqrt()
+    tokens = mae.encoder.tokens(spec)
+    order = torch.rand(6, 8, generator=torch.Generator().manual_seed(0)).argsort(dim=1)
+    kept = torch.gather(tokens, 1, order[:, :2, None].expand(-1, -1, 16))
+    cls_out = mae.encoder.run_blocks(kept)[0][:, 0]
+    summary = ((mae.cls_predict(cls_out) - clip_summary_target(target)) ** 2).mean()
+    assert float(with_cls) == pytest.approx(float(plain + 2.0 * summary), rel=1e-5)
+
+
+def test_negative_control_shared_summary_target_fails_the_exact_check(monkeypatch):
+    """A target that keeps the part shared by all clips (no batch standardisation) fails the exact values."""
+    monkeypatch.setattr(encoder_module, "clip_summary_target", lambda t: t.mean(1))
+    target = torch.tensor([[[1.0, 2.0], [3.0, 4.0]], [[3.0, 6.0], [5.0, 8.0]]])
+    expected = torch.tensor([[-1.0, -2.0], [1.0, 2.0]]) / torch.tensor([2.0, 8.0]).sqrt()
+    assert not torch.allclose(encoder_module.clip_summary_target(target), expected, atol=1e-5)
 
 
 def test_layer_decay_groups_exact_rates():
