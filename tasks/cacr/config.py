@@ -78,6 +78,7 @@ class PolicyConfig(ProfileConfig):
     heads: StrictInt = Field(ge=1, le=16)
     max_offset: StrictInt = Field(ge=0, le=16)        # boundary refinement in {-m, ..., m}
     sft_steps: StrictInt = Field(ge=1, le=100_000)
+    dense_steps: StrictInt = Field(ge=1, le=100_000)   # the dense regressor's steps (more: a converged reference)
     batch_size: StrictInt = Field(ge=1, le=4096)
     lr: float = Field(gt=0, le=1)
 

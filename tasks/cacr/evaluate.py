@@ -8,7 +8,7 @@ from pathlib import Path
 import torch
 from torch import Tensor
 
-from tasks.cacr import method
+from tasks.cacr import baselines, method
 from tasks.cacr.config import QUESTION_TYPES, CacrConfig
 from tasks.cacr.data import load_split
 from tasks.cacr.train import VARIANTS, Split, frame_accuracy, load_models, prepare_split
@@ -25,9 +25,9 @@ def predictions(cfg: CacrConfig, models: dict, split: Split) -> dict[str, tuple[
     everything = torch.arange(len(split.gt))
     rows = split.rows(everything)
     q = len(split.gt)
-    out = {"top1": (split.candidates[:, 0], torch.zeros(q, dtype=torch.bool))}
-    _, _, start, end = models["dense"](*rows)
-    out["dense"] = (method.best_span(start, end), torch.ones(q, dtype=torch.bool))
+    out = {"top1": (baselines.top1_retrieval(split.candidates), torch.zeros(q, dtype=torch.bool)),
+           "dense": (baselines.dense_regression(models["dense"], split.features, split.question),
+                     torch.ones(q, dtype=torch.bool))}
     for name in POLICIES:
         allow = not name.endswith("no_action")
         logits = models[name](*rows, allow_reject=allow)

@@ -84,7 +84,8 @@ class GroundingPolicy(nn.Module):
         super().__init__()
         p, width = cfg.policy, cfg.policy.width
         self.use_candidates, self.top_k, self.frames = use_candidates, cfg.vbcs.top_k, cfg.data.frames
-        self.frame_in = nn.Linear(cfg.vlp.embed_dim, width)
+        # unit-norm features have per-dimension scale D^-1/2: normalise them before they meet the time embedding
+        self.frame_in = nn.Sequential(nn.LayerNorm(cfg.vlp.embed_dim), nn.Linear(cfg.vlp.embed_dim, width))
         self.register_buffer("time", sincos_1d(cfg.data.frames, width), persistent=False)
         self.relation = nn.Embedding(len(RELATION_WORDS), width)
         self.obj = nn.Embedding(len(OBJECTS), width)

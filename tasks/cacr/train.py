@@ -126,12 +126,12 @@ def supervised_loss(model: GroundingPolicy, split: Split, index: Tensor, choice:
 
 
 def fit_supervised(cfg: CacrConfig, seed: int, model: GroundingPolicy, split: Split, choice: Tensor | None,
-                   offsets: Tensor | None) -> list[float]:
+                   offsets: Tensor | None, steps: int) -> list[float]:
     opt = torch.optim.Adam(model.parameters(), lr=cfg.policy.lr)
-    sched = warmup_cosine(opt, cfg.policy.sft_steps)
+    sched = warmup_cosine(opt, steps)
     gen = torch.Generator().manual_seed(seed)
     losses = []
-    for _ in range(cfg.policy.sft_steps):
+    for _ in range(steps):
         index = torch.randint(len(split.gt), (cfg.policy.batch_size,), generator=gen)
         loss = supervised_loss(model, split, index, choice, offsets)
         opt.zero_grad(set_to_none=True)
@@ -188,6 +188,9 @@ def plateau_ratio(losses: list[float]) -> float:
 
 def train(cfg: CacrConfig, seed: int, data_dir: Path, model_dir: Path, device: str = "cpu",
           progress: Progress = no_progress) -> SeedResult:
+    if cfg.hub is not None:
+        raise NotImplementedError("cacr paper profile: GRPO of a Qwen2.5-VL policy is not implemented in this "
+                                  "project; tasks/cacr/hub.py holds its encoder, loaders, prompt and reward")
     result = SeedResult(seed)
     model_dir = Path(model_dir)
     videos, questions = load_split(data_dir, "train", seed)
@@ -201,9 +204,9 @@ def train(cfg: CacrConfig, seed: int, data_dir: Path, model_dir: Path, device: s
     with result.stage("sft"):
         choice, offsets = sft_targets(split, cfg.policy.max_offset, cfg.grpo.tau)
         sft = build(GroundingPolicy, cfg, seed + 1)
-        sft_losses = fit_supervised(cfg, seed, sft, split, choice, offsets)
+        sft_losses = fit_supervised(cfg, seed, sft, split, choice, offsets, cfg.policy.sft_steps)
         dense = build(GroundingPolicy, cfg, seed + 2, use_candidates=False)
-        dense_losses = fit_supervised(cfg, seed + 1, dense, split, None, None)
+        dense_losses = fit_supervised(cfg, seed + 1, dense, split, None, None, cfg.policy.dense_steps)
     sft.eval()
     save_state_dict(sft, model_dir / SFT_FILE)
     save_state_dict(dense.eval(), model_dir / DENSE_FILE)
