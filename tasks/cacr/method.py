@@ -20,7 +20,7 @@ from collections.abc import Sequence
 import torch
 from torch import Tensor
 
-from tasks.common.rl import add_kl_penalty, grpo_loss, group_advantages
+from tasks.common.rl import add_kl_penalty, group_advantages, grpo_loss
 
 Segment = tuple[int, int]
 
