@@ -48,7 +48,8 @@ def method_metrics(cfg: CacrConfig, name: str, pred: Tensor, rejected: Tensor, s
          f"{name}_miou_hit": float(ious[hit].mean()) if bool(hit.any()) else float("nan"),
          f"{name}_reject_rate": float(rejected.double().mean()),
          f"{name}_reject_correct_count": float(correct_decision.sum()),
-         f"{name}_false_grounding_count": float((~rejected & miss).sum())}
+         f"{name}_false_grounding_count": float((~rejected & miss).sum()),
+         f"{name}_accept_on_hit_count": float((~rejected & hit).sum())}
     for thr in cfg.iou_thresholds:
         m[f"{name}_r1_{thr:g}"] = method.recall_at(ious, thr)
         m[f"{name}_r1_{thr:g}_count"] = float((ious >= thr).sum())
@@ -78,6 +79,28 @@ def candidate_metrics(cfg: CacrConfig, split: Split) -> dict[str, float]:
     return m
 
 
+RANDOM_SCORE_DRAWS = 3
+
+
+def random_score_vbcs_metrics(cfg: CacrConfig, split: Split, seed: int) -> dict[str, float]:
+    """The same VBCS pipeline (windows, S(a, b), NMS, top-K) run on uniform-random frame scores instead of the
+    VLP's similarities, on the same test questions (seed-matched draws): the recall@K a diverse set of K windows
+    reaches whatever the scores are, i.e. the reference the trained VBCS must beat (mean over draws)."""
+    gen = torch.Generator().manual_seed(seed * 1000 + 2606)
+    recall = {thr: 0.0 for thr in cfg.iou_thresholds}
+    top1 = 0.0
+    for _ in range(RANDOM_SCORE_DRAWS):
+        noise = torch.rand(split.features.shape[:2], generator=gen)
+        candidates, _ = method.batched_vbcs(noise, cfg.vbcs.window_lengths, cfg.vbcs.nms_threshold, cfg.vbcs.top_k)
+        ious = method.tiou_tensor(candidates, split.gt[:, None, :])
+        best = ious.max(dim=1).values
+        for thr in cfg.iou_thresholds:
+            recall[thr] += float((best >= thr).double().mean()) / RANDOM_SCORE_DRAWS
+        top1 += method.recall_at(ious[:, 0], 0.5) / RANDOM_SCORE_DRAWS
+    return {**{f"random_vbcs_candidate_recall_{thr:g}": v for thr, v in recall.items()},
+            "random_vbcs_top1_r1_0.5": top1}
+
+
 def timeline_rows(cfg: CacrConfig, split: Split, preds: dict[str, tuple[Tensor, Tensor]], count: int = 4
                   ) -> list[dict]:
     """Segments of the first test questions that are candidate misses (for the timeline figure)."""
@@ -101,6 +124,7 @@ def evaluate(cfg: CacrConfig, seed: int, data_dir: Path, model_dir: Path, device
     with result.stage("evaluate"):
         split, video_features, labels = prepare_split(cfg, models["vlp"], videos, questions)
         preds = predictions(cfg, models, split)
+    result.add(random_score_vbcs_metrics(cfg, split, seed))
     result.add(candidate_metrics(cfg, split),
                vlp_test_frame_accuracy=frame_accuracy(models["vlp"], video_features.flatten(0, 1), labels.flatten()),
                vlp_feature_std=float(video_features.flatten(0, 1).std(0).mean()))
