@@ -4,9 +4,10 @@ the claim metrics next to the correct run's, so one can see which claim checks a
 
 Variants: ``unbroken_retrain`` (the same retraining with the correct functions: the reference, since the
 retrained policy need not match the stored one bit for bit), ``inverted_reject_reward`` (r_reject = 1 on a
-WRONG reject/accept decision) and ``exclusive_end_tiou`` (tIoU with exclusive ends,
-[0,9] vs [5,14] -> 4/14, used for the training split's hit/miss labels and the GRPO reward). The VLP, SFT, dense and ablation checkpoints of the seed are reused
-(trained with the correct functions), so only the GRPO stage sees the broken piece.
+WRONG reject/accept decision) and ``exclusive_end_tiou`` (tIoU with exclusive ends, [0,9] vs [5,14] -> 4/14,
+used for the training split's hit/miss labels and the GRPO reward). The VLP, SFT, dense and ablation
+checkpoints of the seed are reused (trained with the correct functions), so only the GRPO stage of the full
+policy sees the broken piece.
 
 Usage: python -m tasks.cacr.negative_control [--seed 0] [--out negative_control.json]"""
 
