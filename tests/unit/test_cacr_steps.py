@@ -221,3 +221,19 @@ def test_random_score_vbcs_is_seeded_and_bounded(tmp_path):
         marked[i, s:e + 1] = 1.0
     cands, _ = method.batched_vbcs(marked, cfg.vbcs.window_lengths, cfg.vbcs.nms_threshold, k)
     assert bool((method.tiou_tensor(cands, gt[:, None, :]).max(1).values >= 0.5).all())
+
+
+def test_negative_control_pieces_are_broken_as_stated():
+    """The experiment-level negative control's broken pieces: exclusive-end tIoU gives 4/14 on [0,9] vs [5,14]
+    (the inclusive convention gives 1/3), and the inverted reject reward is 1 exactly where the correct one is 0."""
+    import torch
+
+    from tasks.cacr import negative_control
+
+    pred, gt = torch.tensor([[0, 9], [0, 4]]), torch.tensor([[5, 14], [1, 5]])
+    assert negative_control.exclusive_end_tiou(pred, gt).tolist() == pytest.approx([4 / 14, 3 / 5])
+    assert method.tiou_tensor(pred, gt).tolist() == pytest.approx([1 / 3, 2 / 3])
+    rejected = torch.tensor([True, False, True, False])
+    best = torch.tensor([0.1, 0.1, 0.3, 0.5])                      # miss, miss, hit (tIoU = tau), hit
+    assert method.reject_reward(rejected, best, 0.3).tolist() == [1.0, 0.0, 0.0, 1.0]
+    assert negative_control.inverted_reject_reward(rejected, best, 0.3).tolist() == [0.0, 1.0, 1.0, 0.0]
