@@ -15,7 +15,8 @@ def claim_metrics(cfg: CovipConfig, result: SeedResult) -> dict[str, float]:
         # preconditions
         "sft_headroom": m["correct_reward"] - m["sft_reward"],
         "blank_caption_gt_acc": m["empty_gt_acc"],
-        "sft_noisy_acc": m["sft_noisy_acc"],
+        "sft_start_noisy_acc": m["sft_noisy_acc"],
+        "sft_minus_random_gt_acc": m["sft_gt_acc"] - m["random_subset_gt_acc"],
         "grpo_minus_random_gt_acc": m["grpo_gt_acc"] - m["random_subset_gt_acc"],
         # C2: RL post-training vs the weak SFT start
         "grpo_minus_sft_reward": m["grpo_reward"] - m["sft_reward"],
@@ -26,7 +27,7 @@ def claim_metrics(cfg: CovipConfig, result: SeedResult) -> dict[str, float]:
         "grpo_minus_sft_cag_f1": m["grpo_cag_f1"] - m["sft_cag_f1"],
         "grpo_minus_best_control_cag_f1": m["grpo_cag_f1"] - max(m[f"{c}_cag_f1"] for c in CONTROLS),
         # C4: the diagnostic flags the recite-all shortcut
-        "recite_all_noisy_acc": m["recite_all_noisy_acc"],
+        "recite_all_noisy_qa_acc": m["recite_all_noisy_acc"],
         # C5: visual context is used
         "blind_minus_random_gt_acc": m["blind_grpo_gt_acc"] - m["random_subset_gt_acc"],
         "swap_follow_rate": new / (new + old) if new + old else float("nan"),

@@ -1,7 +1,7 @@
 """Procedural episodes of covip: sprite identities with per-episode re-bound personal facts.
 
 An identity is shape x colour x pattern (8 x 8 x 3 = 192). An episode holds K context identities, each
-a 16x16 sprite followed by a dialogue ``<d> NAME PLACE EVENT </d>`` whose facts are drawn afresh per
+a 16x16 sprite followed by a dialogue ``NAME PLACE EVENT`` whose facts are drawn afresh per
 episode (no identity has fixed facts), and a query: a 2x2 grid of 16x16 cells holding 1..max_present
 context concepts, one hard distractor that shares exactly one of {shape, colour} with a context concept
 and equals none, and blanks. The target caption lists ``NAME PLACE EVENT ;`` per present concept in
@@ -94,7 +94,9 @@ class Episode:
         return f"n{self.names[k]}", f"p{self.places[k]}", f"e{self.events[k]}"
 
     def dialogue(self, k: int) -> list[str]:
-        return ["<d>", *self.facts(k), "</d>"]
+        """The dialogue turn after context image k: its facts (the ``<d>``/``</d>`` markers of the design are
+        dropped at cpu to keep the image-to-fact distance at one position)."""
+        return list(self.facts(k))
 
     def caption_of(self, concepts: list[int]) -> list[str]:
         """``NAME PLACE EVENT ;`` per concept."""

@@ -156,16 +156,27 @@ def has_heavy_repetition(words: Sequence[str], *, min_sentences: int = 4, sent_d
     return False
 
 
+def positive_from_letters(letters: Sequence[str], answers: Sequence[str]) -> float:
+    """r_pos = sum over present-concept QAs of (1/3) 1[judged letter = answer] (official ``vr_pos``)."""
+    return sum(1 / 3 for letter, answer in zip(letters, answers, strict=True) if letter == answer)
+
+
+def negative_from_letters(letters: Sequence[str]) -> float:
+    """r_neg = -(1/|neg|) sum over absent-concept QAs of 1[judged letter != D] (official ``vr_neg``), in [-1, 0];
+    0 when there are no absent-concept QAs."""
+    if not letters:
+        return 0.0
+    return -sum(1 for letter in letters if letter != CANNOT_DETERMINE) / len(letters)
+
+
 def positive_reward(words: Sequence[str], present_qas: Sequence[QA]) -> float:
-    """r_pos = sum over present-concept QAs of (1/3) 1[judge = answer] (maximum: number of present concepts)."""
-    return sum(1 / 3 for qa in present_qas if judge_answer(words, qa) == qa.answer)
+    """r_pos of a caption under the deterministic judge (maximum: number of present concepts)."""
+    return positive_from_letters([judge_answer(words, qa) for qa in present_qas], [qa.answer for qa in present_qas])
 
 
 def negative_reward(words: Sequence[str], absent_qas: Sequence[QA]) -> float:
-    """r_neg = -(1/|neg|) sum over absent-concept QAs of 1[judge != D], in [-1, 0]; 0 when there are none."""
-    if not absent_qas:
-        return 0.0
-    return -sum(1 for qa in absent_qas if judge_answer(words, qa) != CANNOT_DETERMINE) / len(absent_qas)
+    """r_neg of a caption under the deterministic judge."""
+    return negative_from_letters([judge_answer(words, qa) for qa in absent_qas])
 
 
 def caption_reward(words: Sequence[str], present_qas: Sequence[QA], absent_qas: Sequence[QA], *,
@@ -229,7 +240,8 @@ def cag_answer(caption: Sequence[str], task: DownstreamTask) -> list[str]:
     return answer
 
 
-def binding_follow_counts(caption: Sequence[str], new_facts: Iterable[str], old_facts: Iterable[str]) -> tuple[int, int]:
+def binding_follow_counts(caption: Sequence[str], new_facts: Iterable[str],
+                          old_facts: Iterable[str]) -> tuple[int, int]:
     """Binding-swap diagnostic: how many fact words of the caption belong to the dialogues now paired with
     the query's images (``new_facts``) and how many to the dialogues they were paired with before
     (``old_facts``). Words in both sets count for neither."""

@@ -2,7 +2,7 @@
 
 Built on ``tasks.common.tiny_vlm`` (ViT encoder with one 16x16 patch per cell, MLP projector, GPT-2 fed
 through ``inputs_embeds``). The LM reads the interleaved sequence
-``[img_1] <d> N P E </d> ... [img_K] <d> N P E </d> [cell_1..cell_4] <cap>`` and writes the caption;
+``[img_1] N P E ... [img_K] N P E [cell_1..cell_4] <cap>`` and writes the caption;
 rollouts and GRPO updates go through ``tasks.common.rl`` with the context as ``prefix_embeds`` and
 ``<cap>`` as the prompt, so RL updates the GPT-2 only (the vision encoder and projector are frozen in
 RL, as the paper freezes the vision tower).
@@ -20,7 +20,7 @@ from tasks.covip.data import CAPTION, CELL, EOS, GRID_CELLS, PAD, EpisodeBatch
 
 def vlm_config(cfg: CovipConfig, vocab_size: int) -> TinyVLMConfig:
     m, d = cfg.model, cfg.data
-    positions = d.n_context * 6 + GRID_CELLS + 1 + cfg.reward.length_limit + 2
+    positions = d.n_context * 4 + GRID_CELLS + 1 + cfg.reward.length_limit + 2
     return TinyVLMConfig(vocab_size=vocab_size, image_size=CELL, patch_size=CELL, encoder_kind="vit",
                          encoder_width=m.encoder_width, encoder_depth=m.encoder_depth, encoder_heads=1,
                          lm_width=m.lm_width, lm_depth=m.lm_depth, lm_heads=m.lm_heads, lm_positions=positions)
@@ -31,7 +31,7 @@ def build_policy(cfg: CovipConfig, vocab_size: int, seed: int) -> TinyVLM:
 
 
 def context_prefix(model: TinyVLM, batch: EpisodeBatch, grounded: bool = False) -> torch.Tensor:
-    """(B, K * 6 + 4, D) embeddings: each context image's token followed by its dialogue, then the query cells."""
+    """(B, K * 4 + 4, D) embeddings: each context image's token followed by its dialogue, then the query cells."""
     b, k = batch.dialogue_ids.shape[:2]
     images = model.image_embeds(batch.context_images.flatten(0, 1)).view(b, k, 1, -1)
     dialogues = model.token_embeds(batch.dialogue_ids)
@@ -65,7 +65,8 @@ def sample(model: TinyVLM, batch: EpisodeBatch, group_size: int, max_new_tokens:
                            temperature=temperature, eos_token_id=EOS, pad_token_id=PAD, prefix_embeds=prefix)
 
 
-def greedy_captions(model: TinyVLM, batch: EpisodeBatch, max_new_tokens: int, grounded: bool = False) -> list[list[int]]:
+def greedy_captions(model: TinyVLM, batch: EpisodeBatch, max_new_tokens: int,
+                    grounded: bool = False) -> list[list[int]]:
     """Greedy caption ids per episode (up to and including EOS)."""
     was_training = model.training
     model.eval()

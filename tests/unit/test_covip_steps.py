@@ -1,0 +1,91 @@
+"""covip steps at the smoke profile (data -> train -> evaluate -> claim metrics -> figures), the config's
+error path, and the paper profile's judge-side reward with a local stand-in judge."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from tasks.common.params import ParamsError, resolve_run
+from tasks.covip import data, hub, method
+from tasks.covip.claim_metrics import claim_metrics
+from tasks.covip.config import CovipConfig
+from tasks.covip.evaluate import evaluate
+from tasks.covip.figures import make_figures
+from tasks.covip.train import train
+
+
+@pytest.fixture(scope="module")
+def smoke_run(tmp_path_factory):
+    cfg = resolve_run("covip", "smoke").config
+    root = tmp_path_factory.mktemp("covip")
+    data.write_data(cfg, (0,), root / "data")
+    trained = train(cfg, 0, root / "data", root / "models")
+    evaluated = evaluate(cfg, 0, root / "data", root / "models")
+    return cfg, root, trained, evaluated
+
+
+def test_smoke_steps_produce_finite_metrics_in_range(smoke_run):
+    cfg, root, trained, evaluated = smoke_run
+    m = evaluated.metrics
+    for name in ("sft", "grpo", "sft_more", "blind_grpo", "recite_all", "random_subset", "correct"):
+        assert 0 <= m[f"{name}_gt_acc"] <= 1 and 0 <= m[f"{name}_noisy_acc"] <= 1
+        assert -1 <= m[f"{name}_reward"] <= cfg.data.max_present
+    assert m["correct_reward"] == pytest.approx(1.0) and m["correct_gt_acc"] == 1.0 and m["correct_noisy_acc"] == 1.0
+    assert m["recite_all_noisy_acc"] == 0.0 and m["empty_gt_acc"] == 0.0
+    assert len(trained.curves["grpo_reward"]) == cfg.grpo.steps
+    claims = claim_metrics(cfg, evaluated)
+    assert claims["sft_headroom"] == pytest.approx(1.0 - m["sft_reward"])
+    assert all(math.isfinite(v) or k == "swap_follow_rate" for k, v in claims.items())
+    paths = make_figures(cfg, [trained.merged(evaluated)], root / "figures", root / "plots")
+    assert all(p.exists() for p in paths)
+
+
+def test_bad_params_name_the_key():
+    with pytest.raises(ValueError, match="max_present"):
+        CovipConfig.model_validate({"reward": {"length_limit": 13, "min_sentences": 2, "ngram_n": 3},
+                                    "data": {"n_context": 3, "max_present": 3, "n_train": 100, "n_test": 100,
+                                             "n_names": 40, "n_places": 20, "n_events": 20, "jitter": 0,
+                                             "noise_sd": 0.0}})
+    with pytest.raises((ParamsError, ValueError)):
+        resolve_run("covip", "smoke", seeds=[-1])
+
+
+class StandInJudge:
+    """A local stand-in for the LLM judge: answers each prompt with a fixed reply, in order."""
+
+    def __init__(self, replies):
+        self.replies, self.prompts = list(replies), []
+
+    def generate(self, prompts, max_new_tokens, temperature=0.0, seed=0):
+        self.prompts += list(prompts)
+        out, self.replies = self.replies[:len(prompts)], self.replies[len(prompts):]
+        return out
+
+    def score(self, prompt, continuations):
+        raise NotImplementedError
+
+    def choose(self, prompt, options):
+        raise NotImplementedError
+
+
+def test_paper_judge_reward_with_a_stand_in_judge():
+    cfg = resolve_run("covip", "paper").config
+    options = {"A": "Seoul", "B": "Busan", "C": "Jeju", "D": "The answer cannot be determined"}
+    present = [{"question": f"q{i}", "options": options, "correct_answer": "A"} for i in range(3)]
+    absent = [{"question": f"r{i}", "options": options, "correct_answer": "D"} for i in range(2)]
+    # two of three present QAs right (2/3), one of two absent QAs answered non-D (-1/2)
+    judge = StandInJudge(["so \\boxed{A}", "\\boxed{ B }", "\\boxed{A} then \\boxed{C}", "no box", "\\boxed{C}"])
+    value = hub.judged_caption_reward(judge, "Minji at Seoul.", present, absent, cfg.hub, length_in_tokens=5)
+    assert value == pytest.approx(2 / 3 - 1 / 2)
+    assert "Caption: Minji at Seoul." in judge.prompts[0] and "D. The answer cannot be determined" in judge.prompts[0]
+    assert hub.judged_caption_reward(StandInJudge([]), "x", present, absent, cfg.hub, length_in_tokens=600) == -1.0
+    assert method.has_heavy_repetition("a b . a b . a b . c d .".split())
+
+
+def test_paper_benchmark_loader_reads_a_local_stand_in(tmp_path):
+    (tmp_path / "test.jsonl").write_text('{"caption": "a"}\n{"caption": "b"}\n')
+    ds = hub.load_benchmark("json", split="train", data_files=str(tmp_path / "test.jsonl"))
+    assert ds["caption"] == ["a", "b"]
+    assert hub.lora_settings(resolve_run("covip", "paper").config.hub)["r"] == 64
