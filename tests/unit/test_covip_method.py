@@ -90,3 +90,22 @@ def test_rendering_depends_on_identity_only_through_the_template():
     assert np.array_equal(a[0], a[1]) and not a[2].any() and a[0].any()
     shapes = {data.render_sprites(np.array([data.identity(s, 0, 0)]), rng, 0, 0.0).tobytes() for s in range(8)}
     assert len(shapes) == 8
+
+
+def blank_caption_gt_acc() -> float:
+    eps = data.episodes(DATA, 4, "test", 60)
+    counts = [scoring.capeval(baselines.empty_caption(ep), ep) for ep in eps]
+    return sum(c.gt_correct for c in counts) / sum(c.gt_total for c in counts)
+
+
+def test_judge_is_at_chance_on_blank_captions():
+    """M3: on empty captions the judge says D to every QA: GT-acc 0 <= 1/4, noisy-acc 1."""
+    assert blank_caption_gt_acc() == 0.0
+    ep = episode()
+    counts = scoring.capeval([], ep)
+    assert counts.noisy_correct == counts.noisy_total == 6
+
+
+def test_negative_control_judge_that_reads_the_episode_is_caught(monkeypatch):
+    monkeypatch.setattr(method, "judge_answer", lambda words, qa: qa.answer)
+    assert blank_caption_gt_acc() > 0.25
