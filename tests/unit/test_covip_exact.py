@@ -3,6 +3,8 @@ negative control that breaks the library (monkeypatch) and shows the same check 
 
 from __future__ import annotations
 
+import math
+
 import pytest
 import torch
 
@@ -134,3 +136,31 @@ def test_grpo_advantages_pinned():
     value = 0.5 / (3 ** -0.5 + 1e-4)
     assert value == pytest.approx(0.8659, abs=1e-4)
     assert torch.allclose(adv, torch.tensor([value, -value, -value, value]), atol=1e-6)
+
+
+def test_caption_reward_passes_its_repetition_thresholds():
+    """min_sentences and ngram_n reach the repetition check: a one-concept caption written twice (2 sentences)
+    is penalised at min_sentences 2 but not at the official 4; 12 words of a repeated trigram (7 of 10 trigrams
+    duplicated) are penalised at ngram_n 3 and not at the official 5 (fewer than 20 words)."""
+    twice = "n0 p0 e0 ; n0 p0 e0 ;".split()
+    assert method.caption_reward(twice, [], [], length_limit=50, min_sentences=2, ngram_n=50).penalised
+    assert not method.caption_reward(twice, [], [], length_limit=50, min_sentences=4, ngram_n=50).penalised
+    trigram = "n0 p0 e0 " * 4
+    assert method.caption_reward(trigram.split(), [], [], length_limit=50, min_sentences=100, ngram_n=3).total == -1.0
+    assert method.caption_reward(trigram.split(), [], [], length_limit=50, min_sentences=100, ngram_n=5).total == 0.0
+
+
+def test_sentence_markers_are_not_counted_as_words():
+    """11 words + '.': below the 4 x 3 = 12 words the trigram rule needs, so no repetition is found; counting
+    the '.' as a word would reach 12 words with 6 of 10 trigrams duplicated."""
+    words = "a b c a b c a b c a b .".split()
+    assert not method.has_heavy_repetition(words, min_sentences=100, ngram_n=3)
+    assert method.has_heavy_repetition([*words[:-1], "z"], min_sentences=100, ngram_n=3)
+
+
+def test_letters_formula_and_empty_sets():
+    assert method.negative_from_letters([]) == 0.0
+    assert method.negative_from_letters(["D", "A", "D", "C"]) == -0.5
+    assert method.positive_from_letters(["A", "B", "D"], ["A", "C", "D"]) == pytest.approx(2 / 3)
+    assert method.caption_reward("n0 p0 e0 ;".split(), [], [], length_limit=17, min_sentences=2, ngram_n=3).total == 0.0
+    assert method.mean_or_nan([1.0, 2.0, 6.0]) == 3.0 and math.isnan(method.mean_or_nan([]))
