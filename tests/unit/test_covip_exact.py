@@ -164,3 +164,49 @@ def test_letters_formula_and_empty_sets():
     assert method.positive_from_letters(["A", "B", "D"], ["A", "C", "D"]) == pytest.approx(2 / 3)
     assert method.caption_reward("n0 p0 e0 ;".split(), [], [], length_limit=17, min_sentences=2, ngram_n=3).total == 0.0
     assert method.mean_or_nan([1.0, 2.0, 6.0]) == 3.0 and math.isnan(method.mean_or_nan([]))
+
+
+def test_repetition_thresholds_are_inclusive_and_defaults_are_official():
+    """Exact thresholds (>= 0.3 sentences, >= 0.3 n-grams, >= 0.2 chunks) and the official defaults
+    (511 tokens, 4 sentences, 5-grams), each on an input that sits on the boundary."""
+    # 10 sentences, 3 duplicates: exactly 0.3
+    assert method.has_heavy_repetition("a . a . a . a . b . c . d . e . f . g .".split(), ngram_n=50, chunk_sizes=())
+    # 10 trigrams, 3 duplicates: exactly 0.3
+    assert method.has_heavy_repetition("a b c a b c a b d e f g".split(), min_sentences=100, ngram_n=3, chunk_sizes=())
+    # 10 chunks of 3, 2 positions repeated: exactly 0.2
+    assert method.has_heavy_repetition("a b c d e f g a b c h i".split(), min_sentences=100, ngram_n=50,
+                                       chunk_sizes=(3,))
+    # exactly 2 x size words: the chunk rule applies (abc, bca, cab, abc: 2 of 4 repeated)
+    assert method.has_heavy_repetition("a b c a b c".split(), min_sentences=100, ngram_n=50, chunk_sizes=(3,))
+    # a size too long for the text is skipped, the next size still checked
+    assert method.has_heavy_repetition("a b c a b c".split(), min_sentences=100, ngram_n=50, chunk_sizes=(50, 3))
+    # defaults: 4 sentences with 2 duplicates -> repeated; a 9-word segment twice + 2 words -> 5 of 16 five-grams
+    four = "a . a . a . b .".split()
+    assert method.has_heavy_repetition(four) and method.caption_reward(four, [], []).penalised
+    nine = [f"w{i}" for i in range(9)]
+    assert method.has_heavy_repetition([*nine, *nine, "x", "y"], min_sentences=100, chunk_sizes=())
+    assert method.caption_reward([*nine, *nine, "x", "y"], [], []).penalised
+    distinct = [f"w{i}" for i in range(512)]
+    assert method.caption_reward(distinct, [], []).penalised
+    assert not method.caption_reward(distinct[:511], [], []).penalised
+
+
+def test_other_sentence_marks_split_sentences_and_are_not_words():
+    assert method.has_heavy_repetition("a ! b ? a".split(), min_sentences=2, ngram_n=50, chunk_sizes=())
+    assert not method.has_heavy_repetition("a ! b ? c".split(), min_sentences=2, ngram_n=50, chunk_sizes=())
+    for mark in ("!", "?"):
+        words = f"a b c a b c a b c a b {mark}".split()
+        assert not method.has_heavy_repetition(words, min_sentences=100, ngram_n=3)
+
+
+def test_set_f1_with_empty_gold_and_letter_length_mismatch():
+    assert method.set_f1({0}, set()) == 0.0 and method.set_f1(set(), set()) == 0.0
+    with pytest.raises(ValueError):
+        method.positive_from_letters(["A", "B"], ["A"])
+
+
+def test_ngram_rule_counts_only_full_ngrams():
+    """12 words, 10 trigrams, 2 duplicates (0.2 < 0.3): not repeated; counting padded or empty n-grams past the
+    end would add duplicates and cross 0.3."""
+    assert not method.has_heavy_repetition("a b c a b c a e f g h i".split(), min_sentences=100, ngram_n=3,
+                                           chunk_sizes=())
