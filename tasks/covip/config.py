@@ -62,6 +62,9 @@ class SFTConfig(ProfileConfig):
     check_every: StrictInt = Field(ge=1, le=10_000)
     n_val: StrictInt = Field(ge=8, le=5000)
     extra_steps: StrictInt = Field(ge=0, le=100_000)
+    # "warmup_cosine": linear warm-up over 5% of max_steps, then cosine decay to 0 at max_steps
+    # (tasks/common/schedules.py); "constant": a flat lr.
+    schedule: Literal["constant", "warmup_cosine"] = "constant"
 
 
 class GRPOConfig(ProfileConfig):

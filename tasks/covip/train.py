@@ -11,6 +11,7 @@ import torch
 
 from tasks.common import rl
 from tasks.common.results import Progress, SeedResult, no_progress
+from tasks.common.schedules import warmup_cosine
 from tasks.common.seeding import torch_init_seed
 from tasks.common.tiny_vlm import TinyVLM, save_vlm
 from tasks.covip import scoring
@@ -40,7 +41,8 @@ def caption_words(model: TinyVLM, eps: list[Episode], cfg: CovipConfig, vocab: V
 
 def _sft_steps(model: TinyVLM, optimizer: torch.optim.Optimizer, train_eps: list[Episode], rng: np.random.Generator,
                steps: int, cfg: CovipConfig, vocab: Vocab, val_eps: list[Episode] | None,
-               losses: list[float], val_acc: list[float]) -> int:
+               losses: list[float], val_acc: list[float],
+               scheduler: torch.optim.lr_scheduler.LRScheduler | None = None) -> int:
     """Up to ``steps`` SFT steps; with ``val_eps``, stop once validation GT-QA accuracy >= stop_gt_acc."""
     model.train()
     for step in range(1, steps + 1):
@@ -49,6 +51,8 @@ def _sft_steps(model: TinyVLM, optimizer: torch.optim.Optimizer, train_eps: list
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         optimizer.step()
+        if scheduler is not None:
+            scheduler.step()
         losses.append(float(loss.detach()))
         if val_eps is not None and step % cfg.sft.check_every == 0:
             acc = scoring.gt_accuracy(caption_words(model, val_eps, cfg, vocab), val_eps)
@@ -103,8 +107,10 @@ def train(cfg: CovipConfig, seed: int, data_dir: Path, model_dir: Path, device: 
     val_acc: list[float] = []
     with result.stage("sft"), torch_init_seed(seed):
         optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.sft.lr, weight_decay=0.0)
+        scheduler = warmup_cosine(optimizer, cfg.sft.max_steps) if cfg.sft.schedule == "warmup_cosine" else None
         sft_steps = _sft_steps(model, optimizer, train_eps, rng, cfg.sft.max_steps, cfg, vocab, val_eps, losses,
-                               val_acc)
+                               val_acc, scheduler)
+        stop_lr = optimizer.param_groups[0]["lr"]
     save_vlm(model, Path(model_dir) / "sft")
     progress(0.3, f"SFT stopped after {sft_steps} steps (val GT-acc {val_acc[-1] if val_acc else float('nan'):.3f})")
     sft_more = copy.deepcopy(model)
@@ -113,8 +119,9 @@ def train(cfg: CovipConfig, seed: int, data_dir: Path, model_dir: Path, device: 
     save_vlm(model, Path(model_dir) / "grpo")
     more_losses: list[float] = []
     with result.stage("sft_more"):
-        # The SFT optimiser state is not carried over: a fresh AdamW, same lr, for extra_steps steps.
-        optimizer = torch.optim.AdamW(sft_more.parameters(), lr=cfg.sft.lr, weight_decay=0.0)
+        # The SFT optimiser state is not carried over: a fresh AdamW at the lr SFT had when it stopped
+        # (the base lr under a constant schedule), flat, for extra_steps steps.
+        optimizer = torch.optim.AdamW(sft_more.parameters(), lr=stop_lr, weight_decay=0.0)
         _sft_steps(sft_more, optimizer, train_eps, rng, cfg.sft.extra_steps, cfg, vocab, None, more_losses, [])
     save_vlm(sft_more, Path(model_dir) / "sft_more")
     progress(1.0, f"GRPO final reward {np.mean(curves['grpo_reward'][-20:]):.3f}")

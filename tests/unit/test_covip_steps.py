@@ -8,6 +8,8 @@ import math
 import pytest
 
 from tasks.common.params import ParamsError, resolve_run
+from tasks.common.results import SeedResult
+from tasks.covip import claim_metrics as claim_metrics_module
 from tasks.covip import data, hub, method
 from tasks.covip.claim_metrics import claim_metrics
 from tasks.covip.config import CovipConfig
@@ -35,8 +37,9 @@ def test_smoke_steps_produce_finite_metrics_in_range(smoke_run):
     assert m["correct_reward"] == pytest.approx(1.0) and m["correct_gt_acc"] == 1.0 and m["correct_noisy_acc"] == 1.0
     assert m["recite_all_noisy_acc"] == 0.0 and m["empty_gt_acc"] == 0.0
     assert len(trained.curves["grpo_reward"]) == cfg.grpo.steps
-    claims = claim_metrics(cfg, evaluated)
+    claims = claim_metrics(cfg, trained.merged(evaluated))
     assert claims["sft_headroom"] == pytest.approx(1.0 - m["sft_reward"])
+    assert claims["sft_val_gt_acc_minus_stop"] == pytest.approx(trained.metrics["sft_val_gt_acc"] - cfg.sft.stop_gt_acc)
     assert all(math.isfinite(v) or k == "swap_follow_rate" for k, v in claims.items())
     paths = make_figures(cfg, [trained.merged(evaluated)], root / "figures", root / "plots")
     assert all(p.exists() for p in paths)
@@ -89,3 +92,33 @@ def test_paper_benchmark_loader_reads_a_local_stand_in(tmp_path):
     ds = hub.load_benchmark("json", split="train", data_files=str(tmp_path / "test.jsonl"))
     assert ds["caption"] == ["a", "b"]
     assert hub.lora_settings(resolve_run("covip", "paper").config.hub)["r"] == 64
+
+
+def _measured(**overrides: float) -> SeedResult:
+    """Evaluation + training metrics of one seed with hand-set, distinct values (non-degenerate)."""
+    values = {"correct": (1.0, 1.0, 1.0, 1.0), "sft": (-0.20, 0.30, 0.70, 0.35), "grpo": (-0.05, 0.40, 0.80, 0.45),
+              "sft_more": (-0.15, 0.35, 0.72, 0.40), "recite_all": (-0.30, 1.0, 0.0, 0.30),
+              "random_subset": (-0.20, 0.31, 0.65, 0.31), "blind_grpo": (-0.10, 0.09, 0.76, 0.28),
+              "empty": (0.0, 0.0, 1.0, 0.0)}
+    m = {f"{name}_{field}": v for name, vals in values.items()
+         for field, v in zip(("reward", "gt_acc", "noisy_acc", "cag_f1"), vals)}
+    m.update(swap_grpo_new_facts=30, swap_grpo_old_facts=10, sft_val_gt_acc=0.42, **overrides)
+    return SeedResult(0).add(m)
+
+
+def test_claim_metrics_exact_gate_and_empty_control():
+    cfg = resolve_run("covip", "cpu").config
+    c = claim_metrics(cfg, _measured())
+    assert c["sft_val_gt_acc_minus_stop"] == pytest.approx(0.42 - cfg.sft.stop_gt_acc)
+    # the empty caption (reward 0.0, CAG F1 0.0) is the best control on reward: GRPO -0.05 loses to it
+    assert c["grpo_minus_best_control_reward"] == pytest.approx(-0.05)
+    assert c["grpo_minus_best_control_cag_f1"] == pytest.approx(0.45 - 0.31)
+    assert c["grpo_minus_sft_gt_acc"] == pytest.approx(0.10)
+    assert c["swap_follow_rate"] == pytest.approx(0.75) and c["swap_grpo_facts"] == 40
+
+
+def test_negative_control_dropping_the_empty_control_is_caught(monkeypatch):
+    """Without the empty caption among the controls, GRPO (-0.05) would beat every control (best -0.10)."""
+    cfg = resolve_run("covip", "cpu").config
+    monkeypatch.setattr(claim_metrics_module, "CONTROLS", ("recite_all", "random_subset", "blind_grpo"))
+    assert claim_metrics(cfg, _measured())["grpo_minus_best_control_reward"] == pytest.approx(0.05)
