@@ -129,13 +129,27 @@ def test_capeval_counts_exact():
     assert counts == method.CapEvalCounts(6, 6, 3, 6)
 
 
-def test_grpo_advantages_pinned():
+def advantages_are_pinned() -> bool:
     """Acceptance (a)6: equal rewards -> zeros; [1, 0, 0, 1], unbiased std, eps 1e-4 -> +-0.5/(0.57735+1e-4)."""
-    assert torch.equal(rl.group_advantages(torch.tensor([0.5, 0.5, 0.5, 0.5]), 4, eps=1e-4), torch.zeros(4))
+    zeros = torch.equal(rl.group_advantages(torch.tensor([0.5, 0.5, 0.5, 0.5]), 4, eps=1e-4), torch.zeros(4))
     adv = rl.group_advantages(torch.tensor([1.0, 0.0, 0.0, 1.0]), 4, eps=1e-4)
     value = 0.5 / (3 ** -0.5 + 1e-4)
-    assert value == pytest.approx(0.8659, abs=1e-4)
-    assert torch.allclose(adv, torch.tensor([value, -value, -value, value]), atol=1e-6)
+    return zeros and torch.allclose(adv, torch.tensor([value, -value, -value, value]), atol=1e-6)
+
+
+def test_grpo_advantages_pinned():
+    assert 0.5 / (3 ** -0.5 + 1e-4) == pytest.approx(0.8659, abs=1e-4)
+    assert advantages_are_pinned()
+
+
+def test_negative_control_population_std_breaks_the_pinned_advantages(monkeypatch):
+    """The biased std (divisor G, 0.5 here) gives +-0.9998 instead of +-0.8659: the pinned check must fail."""
+    def biased(rewards, group_size, *, scale="std", eps=1e-6):
+        grouped = rewards.reshape(-1, group_size).float()
+        centred = grouped - grouped.mean(dim=1, keepdim=True)
+        return (centred / (grouped.std(dim=1, unbiased=False, keepdim=True) + eps)).reshape(-1)
+    monkeypatch.setattr(rl, "group_advantages", biased)
+    assert not advantages_are_pinned()
 
 
 def test_caption_reward_passes_its_repetition_thresholds():

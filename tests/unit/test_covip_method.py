@@ -46,6 +46,27 @@ def test_correct_caption_scores_number_present():
         assert scoring.reward([], ep, REWARD).total == 0.0
 
 
+def distractor_is_hard(ep: data.Episode) -> bool:
+    """The distractor is no context identity, matches no context concept on (shape, colour), and shares
+    exactly one of {shape, colour} with some context concept."""
+    shape, colour, _ = data.attributes(ep.distractor)
+    context = [data.attributes(i) for i in ep.identities]
+    return (ep.distractor not in ep.identities and all((shape, colour) != c[:2] for c in context)
+            and any((shape == c[0]) != (colour == c[1]) for c in context))
+
+
+def test_negative_control_easy_distractor_is_caught(monkeypatch):
+    """A generator whose distractor repeats a context identity must fail the hard-distractor check."""
+    honest = data.make_episode
+
+    def broken(rng, cfg):
+        ep = honest(rng, cfg)
+        return data.Episode(ep.identities, ep.names, ep.places, ep.events, ep.cells, ep.identities[0],
+                            ep.render_seed, ep.option_seed)
+    monkeypatch.setattr(data, "make_episode", broken)
+    assert not any(distractor_is_hard(ep) for ep in data.episodes(DATA, 7, "train", 30))
+
+
 def test_generator_is_seeded_and_distractor_is_hard():
     a, b = data.episodes(DATA, 7, "train", 30), data.episodes(DATA, 7, "train", 30)
     assert a == b and a != data.episodes(DATA, 8, "train", 30)
@@ -53,11 +74,7 @@ def test_generator_is_seeded_and_distractor_is_hard():
     batch_a, batch_b = data.render_batch(a[:4], DATA, vocab), data.render_batch(b[:4], DATA, vocab)
     assert torch.equal(batch_a.query_cells, batch_b.query_cells)
     for ep in a:
-        shape, colour, _ = data.attributes(ep.distractor)
-        context = [data.attributes(i) for i in ep.identities]
-        assert ep.distractor not in ep.identities
-        assert all((shape, colour) != c[:2] for c in context)
-        assert any((shape == c[0]) != (colour == c[1]) for c in context)  # shares exactly one with some concept
+        assert distractor_is_hard(ep)
         assert 1 <= len(ep.present) <= DATA.max_present and ep.cells.count(data.DISTRACTOR) == 1
         assert len(set(ep.names)) == len(set(ep.places)) == len(set(ep.events)) == DATA.n_context
 
