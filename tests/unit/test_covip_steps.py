@@ -82,7 +82,8 @@ def test_paper_judge_reward_with_a_stand_in_judge():
     judge = StandInJudge(["so \\boxed{A}", "\\boxed{ B }", "\\boxed{A} then \\boxed{C}", "no box", "\\boxed{C}"])
     value = hub.judged_caption_reward(judge, "Minji at Seoul.", present, absent, cfg.hub, length_in_tokens=5)
     assert value == pytest.approx(2 / 3 - 1 / 2)
-    assert "Caption: Minji at Seoul." in judge.prompts[0] and "D. The answer cannot be determined" in judge.prompts[0]
+    assert "[Description]\n    Minji at Seoul.\n" in judge.prompts[0]
+    assert "D. The answer cannot be determined" in judge.prompts[0]
     assert hub.judged_caption_reward(StandInJudge([]), "x", present, absent, cfg.hub, length_in_tokens=600) == -1.0
     assert method.has_heavy_repetition("a b . a b . a b . c d .".split())
 
@@ -122,3 +123,57 @@ def test_negative_control_dropping_the_empty_control_is_caught(monkeypatch):
     cfg = resolve_run("covip", "cpu").config
     monkeypatch.setattr(claim_metrics_module, "CONTROLS", ("recite_all", "random_subset", "blind_grpo"))
     assert claim_metrics(cfg, _measured())["grpo_minus_best_control_reward"] == pytest.approx(0.05)
+
+
+OPTIONS = {"A": "Seoul", "B": "Busan", "C": "Jeju", "D": "The answer cannot be determined"}
+
+
+def test_paper_judge_uses_the_official_containment_rule():
+    """Official return_answer(a1, a) is `a in a1`: a boxed reply 'D. The answer cannot be determined' counts as D
+    and 'A. Seoul' as A. One present QA (answer A) and two absent QAs: r = 1/3 + 0 (both absent replies hold D)."""
+    cfg = resolve_run("covip", "paper").config
+    present = [{"question": "q0", "options": OPTIONS, "correct_answer": "A"}]
+    absent = [{"question": f"r{i}", "options": OPTIONS, "correct_answer": "D"} for i in range(2)]
+    judge = StandInJudge(["\\boxed{A. Seoul}", "\\boxed{D. The answer cannot be determined}", "\\boxed{D}"])
+    assert hub.judged_caption_reward(judge, "Minji at Seoul.", present, absent, cfg.hub, 5) == pytest.approx(1 / 3)
+    assert hub.contained_letters(["A. Seoul", " B ", "C"], ["A", "A", "C"]) == ["A", " B ", "C"]
+
+
+def test_negative_control_equality_matching_is_caught(monkeypatch):
+    """With letter equality instead of containment (the earlier port), the same replies score 0 - 1/2."""
+    cfg = resolve_run("covip", "paper").config
+    monkeypatch.setattr(hub, "contained_letters", lambda replies, expected: list(replies))
+    present = [{"question": "q0", "options": OPTIONS, "correct_answer": "A"}]
+    absent = [{"question": f"r{i}", "options": OPTIONS, "correct_answer": "D"} for i in range(2)]
+    judge = StandInJudge(["\\boxed{A. Seoul}", "\\boxed{D. The answer cannot be determined}", "\\boxed{D}"])
+    assert hub.judged_caption_reward(judge, "Minji at Seoul.", present, absent, cfg.hub, 5) == pytest.approx(-0.5)
+
+
+def test_paper_judge_prompt_and_sampling_follow_the_official_code():
+    prompt = hub.judge_prompt("Minji at Seoul.", "Where was Minji met?", OPTIONS)
+    assert prompt.startswith("You are given a description about an object. This description may or may not")
+    assert "        Answer: \\boxed{X}\n" in prompt and "5. Inside \\boxed{} there must be EXACTLY ONE letter" in prompt
+    assert prompt.endswith("    [Description]\n    Minji at Seoul.\n\n    [Question]\n    Question: Where was Minji "
+                           "met?\nA. Seoul\nB. Busan\nC. Jeju\nD. The answer cannot be determined\n")
+
+    class Client:  # stand-in for openai.OpenAI: records each chat.completions.create call
+        def __init__(self):
+            self.calls = []
+            self.chat = self
+            self.completions = self
+
+        def create(self, **kwargs):
+            self.calls.append(kwargs)
+            message = type("M", (), {"content": "  Answer: \\boxed{A}  "})
+            return type("R", (), {"choices": [type("C", (), {"message": message})]})
+
+    hub_cfg = resolve_run("covip", "paper").config.hub
+    client = Client()
+    judge = hub.OfficialJudge(hub_cfg, client)
+    questions = [{"question": "q", "options": OPTIONS}] * 2
+    assert hub.judge_letters(judge, "Minji at Seoul.", questions, hub_cfg) == ["A", "A"]
+    call = client.calls[1]
+    assert call["temperature"] == 0.7 and call["top_p"] == 0.8 and call["extra_body"] == {"top_k": 20, "min_p": 0.0}
+    assert call["model"] == "Qwen/Qwen3-30B-A3B-Instruct-2507-FP8" and call["seed"] == 1
+    message = call["messages"][0]
+    assert message["role"] == "user" and message["content"].endswith("D. The answer cannot be determined\n")
