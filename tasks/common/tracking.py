@@ -104,14 +104,28 @@ def run_url(experiment_id: str, run_id: str) -> str:
     return f"{mlflow_ui_base()}/#/experiments/{experiment_id}/runs/{run_id}"
 
 
+def prefect_api_url_in_use() -> str | None:
+    """The Prefect API the current flow run talks to: its engine's client (a `repro server start` server, the
+    tests' server, or a temporary one started for this process), else ``PREFECT_API_URL``."""
+    from prefect.context import FlowRunContext
+
+    context = FlowRunContext.get()
+    client = getattr(context, "client", None) if context is not None else None
+    url = str(client.api_url) if client is not None and getattr(client, "api_url", None) else None
+    return url or os.environ.get("PREFECT_API_URL") or None
+
+
 def prefect_flow_run_url(flow_run_id: str | None) -> str | None:
-    """The flow run's page in the Prefect UI, or None when the flow runs on Prefect's ephemeral server
-    (no UI to link to) or outside a flow."""
+    """The flow run's page in the Prefect UI (the API URL without ``/api``, or ``PREFECT_UI_URL``), or None
+    outside a flow or without a server. A temporary server's page lasts as long as the process that ran it;
+    `repro server start` keeps one up."""
     if not flow_run_id:
         return None
-    from prefect.utilities.urls import url_for
-
-    return url_for("flow-run", obj_id=flow_run_id)
+    api = prefect_api_url_in_use()
+    if not api or not api.startswith(("http://", "https://")):
+        return None
+    ui = os.environ.get("PREFECT_UI_URL") or api.rstrip("/").removesuffix("/api")
+    return f"{ui.rstrip('/')}/runs/flow-run/{flow_run_id}"
 
 
 def provenance_tags(profile: str, seeds: tuple[int, ...] | list[int], params_hash: str, device: str,
@@ -125,7 +139,7 @@ def provenance_tags(profile: str, seeds: tuple[int, ...] | list[int], params_has
         "seeds": ",".join(str(s) for s in seeds),
         "device": device,
         "prefect_flow_run_id": flow_run_id or "none",
-        "prefect_flow_run_url": prefect_flow_run_url(flow_run_id) or "none (ephemeral Prefect server)",
+        "prefect_flow_run_url": prefect_flow_run_url(flow_run_id) or "none",
         "cpu_model": cpu_model(),
         "torch_cpu_capability": torch_cpu_capability(),
     }

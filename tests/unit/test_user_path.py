@@ -82,11 +82,12 @@ def test_run_urls_follow_the_tracking_server(monkeypatch):
 def test_prefect_flow_run_url(monkeypatch):
     assert tracking.prefect_flow_run_url(None) is None
     monkeypatch.setenv("PREFECT_API_URL", "http://127.0.0.1:4321/api")
-    from prefect.settings import get_current_settings
-
-    if get_current_settings().api.url != "http://127.0.0.1:4321/api":
-        pytest.skip("Prefect settings were frozen before the variable was set")
     assert tracking.prefect_flow_run_url("0000-11") == "http://127.0.0.1:4321/runs/flow-run/0000-11"
+    monkeypatch.setenv("PREFECT_UI_URL", "http://prefect.lab/")
+    assert tracking.prefect_flow_run_url("0000-11") == "http://prefect.lab/runs/flow-run/0000-11"
+    monkeypatch.delenv("PREFECT_UI_URL")
+    monkeypatch.delenv("PREFECT_API_URL")
+    assert tracking.prefect_flow_run_url("0000-11") is None  # no server outside a flow: no link
 
 
 def test_claims_table_header_names_each_column_once():
