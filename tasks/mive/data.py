@@ -5,8 +5,8 @@ the left half and one in the right half (so they never overlap), each of its own
 ring) and hue (continuous inside one of 6 coarse bins of 60 degrees, the two objects in different bins), each
 moving vertically at its own speed. The edit recolours one object to an exact new hue in every frame; the
 reference is the exactly edited first frame (the stand-in for FLUX.1 Kontext's edited frame). The instruction
-names the object by position ("the left one") or by its coarse colour ("the red one") and gives the new colour as its coarse bin name or as
-"like the reference": the exact hue is only in the reference. Templates 0-4 are the DiT's training phrasings,
+names the object by position ("the left one") or by its coarse source colour ("the red one") and gives the new
+colour as its coarse bin name or as "like the reference": the exact hue is only in the reference. Templates 0-4 are the DiT's training phrasings,
 5-7 are held out (the VLM is pretrained on all eight). Pixels are stored as uint8.
 """
 
@@ -111,7 +111,8 @@ def make_clip(rng: np.random.Generator, frames: int, size: int, noise_sd: float,
     by_reference = bool(rng.integers(2))
     colour = "like the reference" if by_reference else BINS[new_bin]
     instruction = TEMPLATES[template].format(d=descriptor, c=colour)
-    return {"source": source_u8.ravel(), "target": target_u8.ravel(), "masks": masks.ravel(), "instruction": instruction, "ids": encode_words(instruction),
+    return {"source": source_u8.ravel(), "target": target_u8.ravel(), "masks": masks.ravel(),
+            "instruction": instruction, "ids": encode_words(instruction),
             "template": template, "target_object": target, "descriptor_kind": descriptor_kind,
             "by_reference": by_reference, "new_hue": new_hue, "new_bin": new_bin,
             "source_hue_0": float(hues[0]), "source_hue_1": float(hues[1]),

@@ -25,7 +25,8 @@ def make_figures(cfg: MiveConfig, results: list[SeedResult], figures_dir: Path, 
                       ("semantic_accuracy", "edit semantics accuracy (held-out phrasings)")):
         values = np.array([[row[key] for row in probes if row["layer"] == layer] for layer in layers])
         axes[0, 0].errorbar(layers, values.mean(1), yerr=values.std(1), marker="o", capsize=3, label=name)
-    axes[0, 0].set(xlabel="VLM hidden state (0 = embeddings, last = after final LayerNorm)", ylabel="held-out probe score")
+    axes[0, 0].set(xlabel="VLM hidden state (0 = embeddings, last = after final LayerNorm)",
+                   ylabel="held-out probe score")
     axes[0, 0].set_xticks(layers)
     axes[0, 0].legend(fontsize=7)
     written.append(save_figure(fig, Path(figures_dir) / "layer_probes.png"))
