@@ -6,8 +6,8 @@ ring) and hue (continuous inside one of 6 coarse bins of 60 degrees, the two obj
 moving vertically at its own speed. The edit recolours one object to an exact new hue in every frame; the
 reference is the exactly edited first frame (the stand-in for FLUX.1 Kontext's edited frame). The instruction
 names the object by position ("the left one") or by its coarse source colour ("the red one") and gives the new
-colour as its coarse bin name or as "like the reference": the exact hue is only in the reference. Templates 0-4 are the DiT's training phrasings,
-5-7 are held out (the VLM is pretrained on all eight). Pixels are stored as uint8.
+colour as its coarse bin name or as "like the reference": the exact hue is only in the reference. Templates 0-4
+are the DiT's training phrasings, 5-7 are held out (the VLM is pretrained on all eight). Pixels are uint8.
 """
 
 from __future__ import annotations
