@@ -309,3 +309,19 @@ def test_change_centroid_drift_exact():
     shifted = m["source"].clone()
     shifted[0, 0, 0, 1] = torch.tensor([1.0, 1.0, 1.0])  # all change at (0, 1): one pixel right of the object
     assert method.change_centroid_drift(shifted, m["source"], edit_mask).item() == pytest.approx(1.0)
+
+
+def test_dit_block_matches_the_adaln_formula():
+    """Joint block: x + (1 + g1) attn(mod(ln1 x; b1, s1)) then x + (1 + g2) mlp(mod(ln2 x; b2, s2)), computed by hand
+    from the block's own submodules with nonzero adaLN weights."""
+    torch.manual_seed(2)
+    block = method.DiTBlock(8, 2, "joint")
+    torch.nn.init.normal_(block.ada.weight, std=0.5)
+    video, cond, time = torch.randn(2, 3, 8), torch.randn(2, 2, 8), torch.randn(2, 8)
+    s1, g1, b1, s2, g2, b2 = block.ada(torch.nn.functional.silu(time)).split(8, dim=1)
+    x = torch.cat([video, cond], 1)
+    h = block.ln1(x) * (1 + s1[:, None]) + b1[:, None]
+    x = x + (1 + g1[:, None]) * block.attn(h, h)
+    x = x + (1 + g2[:, None]) * block.mlp(block.ln2(x) * (1 + s2[:, None]) + b2[:, None])
+    out_video, out_cond = block(video, cond, time)
+    assert torch.allclose(out_video, x[:, :3], atol=1e-5) and torch.allclose(out_cond, x[:, 3:], atol=1e-5)
