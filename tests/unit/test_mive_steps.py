@@ -190,3 +190,25 @@ def test_hub_features_select_first_and_last_layer_of_a_local_stand_in():
         hub.train_hub(cfg, 0, None)
     with pytest.raises(NotImplementedError, match="no trained paper-scale DiT"):
         hub.evaluate_hub(cfg, 0, None)
+
+
+def test_the_dit_over_fits_one_batch_of_edits():
+    """A learning check of the whole train/sample path (rules out a training/sampling mismatch): on 8 fixed clips,
+    400 steps bring the flow-matching loss below half its start and the sampled edits to the right hue (< 60 deg;
+    random hues give 90) on the right object for most clips. Measured once: loss 1.57 -> 0.66, hue error 24 deg,
+    target selection 0.75."""
+    cfg = small_config(**{"dit.steps": 400, "dit.batch_size": 8, "dit.lr": 3e-3, "dit.width": 32})
+    split = data.make_splits(cfg, 0)["train"].head(8)
+    arrays = data.clip_arrays(split, 3, 16)
+    vlm = model.build_tiny_vlm(model.vlm_config(cfg), seed=0).eval()
+    states = model.vlm_hidden_states(vlm, model.vlm_images(arrays), torch.from_numpy(arrays["ids"]))
+    edits = model.edit_set(arrays, states, {1, 4})
+    editor, losses = model.train_editor(cfg, "first_last", 0, edits)
+    assert np.mean(losses[-20:]) < 0.5 * np.mean(losses[:20])
+    edited = model.sample_edits(editor, edits, 10, 0, 3, 16)
+    target, source = torch.from_numpy(arrays["target"]), torch.from_numpy(arrays["source"])
+    masks = torch.from_numpy(arrays["masks"])
+    target_object = torch.from_numpy(split["target_object"].to_numpy().copy())
+    edit_masks = masks[torch.arange(8), target_object]
+    assert float(method.object_hue_error(edited, target, edit_masks).mean()) < 60
+    assert float(method.target_selected(edited, source, target, masks, target_object).float().mean()) >= 0.5
