@@ -30,7 +30,8 @@ def object_patch_index(masks: np.ndarray, image_size: int) -> np.ndarray:
 def probe_inputs(frame, arrays: dict[str, np.ndarray], states: list[torch.Tensor], image_size: int
                  ) -> dict[str, object]:
     """Per layer: object-patch features (2 rows per clip) with their reference hue as (cos, sin), image tokens
-    concatenated with both objects' centroids, text-token means with the side and new-bin labels."""
+    concatenated with both objects' centroids, text-token means with the side and new-bin labels, and every token
+    of every clip (the reference spread of the collapse measure)."""
     per_frame = (image_size // model.PATCH) ** 2
     reference, n_img = slice(per_frame, 2 * per_frame), 2 * per_frame  # VLM input: [source frame 0][reference]
     patch = torch.from_numpy(object_patch_index(arrays["masks"], image_size))
@@ -48,6 +49,7 @@ def probe_inputs(frame, arrays: dict[str, np.ndarray], states: list[torch.Tensor
             "image": [h[:, reference].reshape(len(h), -1) for h in states],
             "centroids": torch.from_numpy(centroids),
             "text": [h[:, n_img:].mean(1) for h in states],
+            "tokens": [h.reshape(-1, h.shape[-1]) for h in states],
             "side": torch.from_numpy(target), "bin": torch.from_numpy(frame["new_bin"].to_numpy())}
 
 
@@ -58,12 +60,12 @@ def layer_probes(fit: dict, test: dict, ridge: float) -> list[dict[str, float]]:
         new_bin = method.ridge_probe_accuracy(fit["text"][layer], fit["bin"], test["text"][layer], test["bin"],
                                               len(data.BINS), ridge)
         feats = test["object"][layer]
-        rows.append({"layer": layer,
+        rows.append({"layer": layer,  # probes on features standardised on the fit split (scale-invariant)
                      "hue_r2": method.ridge_probe_r2(fit["object"][layer], fit["hue"], feats, test["hue"], ridge),
                      "position_r2": method.ridge_probe_r2(fit["image"][layer], fit["centroids"], test["image"][layer],
                                                           test["centroids"], ridge),
                      "side_accuracy": side, "bin_accuracy": new_bin, "semantic_accuracy": (side + new_bin) / 2,
-                     "relative_std": float(feats.std(0).mean() / feats.pow(2).mean().sqrt())})
+                     "relative_std": method.between_clip_spread(feats, test["tokens"][layer])})
     return rows
 
 
@@ -102,11 +104,13 @@ def evaluate(cfg: MiveConfig, seed: int, data_dir: Path, model_dir: Path, device
         load_state_dict(editor, Path(model_dir) / editor_file(variant))
         editor.eval()
         with result.stage(f"sample_{variant}"):
-            val_full, val_region = model.validation_losses(editor, test_set, cfg.dit.val_batches, seed)
+            val = model.validation_losses(editor, test_set, cfg.dit.val_batches, seed)
             edited = model.sample_edits(editor, test_set, cfg.dit.sample_steps, seed, d.frames, d.image_size)
         hue = method.object_hue_error(edited, target, edit_masks).numpy()
         selected = method.target_selected(edited, source, target, masks, target_object).numpy()
-        row = {"variant": variant, "val_loss": val_full, "val_loss_region": val_region,
+        row = {"variant": variant, "val_loss": val["full"], "val_loss_region": val["region"],
+               "val_loss_region_shuffled": val["region_shuffled"],
+               "conditioning_gap": val["region_shuffled"] - val["region"],
                "hue_error": float(hue.mean()), "hue_error_by_reference": float(hue[by_reference].mean()),
                "target_selection": float(selected.mean()), "target_selected_count": int(selected.sum()),
                "unedited_mse": float(method.unedited_mse(edited, target, edit_masks).mean()),

@@ -13,7 +13,11 @@ Pieces:
 - ``JointDiT``: adaLN transformer over ``[video tokens ; condition tokens]`` (variant A/B/C) or, with
   ``attention="cross"``, video self-attention followed by cross-attention to the condition tokens (variant D);
 - rectified flow: ``x_t = (1 - t) x_0 + t eps``, velocity target ``eps - x_0``, Euler sampler from t = 1 to 0;
-- evaluation quantities: circular hue error, RGB -> hue, ridge probes (R^2, accuracy).
+  the DiT is x0-parameterised (``velocity_from_x0``: v = (x_t - x0_hat) / max(t, 1e-3)) and trained on
+  ||x0_hat - x_0||^2 (``x0_matching_loss``), both reconstructed;
+- fixed 2-D sin-cos positions shared by video patches and the VLM's image-patch condition tokens (reconstructed);
+- evaluation quantities: circular hue error, RGB -> hue, ridge probes on fit-standardised features (R^2,
+  accuracy), the centred between-clip spread of a layer (collapse check).
 """
 
 from __future__ import annotations
@@ -138,22 +142,86 @@ def r_squared(predicted: torch.Tensor, target: torch.Tensor) -> float:
     return float(1 - ss_res / ss_tot)
 
 
+def standardise(x_fit: torch.Tensor, x_other: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Z-score every feature with the mean and standard deviation of the FIT rows (float64): (x - mu_fit) / sd_fit,
+    with sd_fit floored at 1e-12 relative to the largest sd so a constant feature maps to 0 instead of NaN. This makes
+    a ridge probe invariant to a per-layer scale and shift of the features: with a fixed ridge on raw features, a
+    layer whose features are small (e.g. after a final LayerNorm) is penalised more, which reads as 'less
+    information' although none was lost."""
+    x64, o64 = x_fit.double(), x_other.double()
+    mu, sd = x64.mean(0), x64.std(0)
+    sd = sd.clamp_min(1e-12 * float(sd.max().clamp_min(1e-300)))
+    return (x64 - mu) / sd, (o64 - mu) / sd
+
+
 def ridge_probe_r2(x_train: torch.Tensor, y_train: torch.Tensor, x_test: torch.Tensor, y_test: torch.Tensor,
                    ridge: float) -> float:
-    """Held-out R^2 of a linear ridge probe (Sec. 3's layer-hierarchy analysis, reconstructed as probes)."""
-    w, b = ridge_fit(x_train, y_train, ridge)
-    return r_squared(x_test.double() @ w + b, y_test.double())
+    """Held-out R^2 of a linear ridge probe on features standardised on the fit split (Sec. 3's layer-hierarchy
+    analysis, reconstructed as probes); invariant to a scale and shift of the layer's features."""
+    z_train, z_test = standardise(x_train, x_test)
+    w, b = ridge_fit(z_train, y_train, ridge)
+    return r_squared(z_test @ w + b, y_test.double())
 
 
 def ridge_probe_accuracy(x_train: torch.Tensor, labels_train: torch.Tensor, x_test: torch.Tensor,
                          labels_test: torch.Tensor, n_classes: int, ridge: float) -> float:
-    """Held-out accuracy of a ridge classifier: regress one-hot labels, predict the argmax."""
-    w, b = ridge_fit(x_train, F.one_hot(labels_train, n_classes).double(), ridge)
-    predicted = (x_test.double() @ w + b).argmax(-1)
+    """Held-out accuracy of a ridge classifier on fit-standardised features: regress one-hot labels, predict the
+    argmax."""
+    z_train, z_test = standardise(x_train, x_test)
+    w, b = ridge_fit(z_train, F.one_hot(labels_train, n_classes).double(), ridge)
+    predicted = (z_test @ w + b).argmax(-1)
     return float((predicted == labels_test).double().mean())
 
 
+def between_clip_spread(features: torch.Tensor, all_tokens: torch.Tensor) -> float:
+    """Centred collapse measure of one layer: mean over dimensions of the across-row standard deviation of
+    ``features`` (N, D) (one object patch per row), divided by the RMS of ``all_tokens`` (M, D) after removing each
+    dimension's mean over those tokens. A shared offset cancels in both, a global scale cancels in the ratio; a
+    layer whose object features are the same for every clip while its tokens still differ reads ~0."""
+    spread = features.double().std(0).mean()
+    centred = all_tokens.double() - all_tokens.double().mean(0)
+    return float(spread / centred.pow(2).mean().sqrt().clamp_min(1e-300))
+
+
 # ----------------------------------------------------------------------------- modules
+
+
+def sincos_2d(grid: int, width: int) -> torch.Tensor:
+    """Fixed 2-D sine-cosine position codes ``(grid * grid, width)`` (MAE / DiT convention): the first half of the
+    channels encodes the row, the second half the column, each as [sin(p w_k), cos(p w_k)] with
+    w_k = 10000^(-k / (width/4)), k = 0 .. width/4 - 1. Row-major patch order, as ``patchify``."""
+    if width % 4:
+        raise ValueError(f"width {width} must be a multiple of 4 for 2-D sin-cos positions")
+    quarter = width // 4
+    freqs = 1.0 / 10000.0 ** (torch.arange(quarter, dtype=torch.float32) / quarter)
+    rows, cols = torch.meshgrid(torch.arange(grid, dtype=torch.float32), torch.arange(grid, dtype=torch.float32),
+                                indexing="ij")
+
+    def code(p: torch.Tensor) -> torch.Tensor:
+        angle = p.reshape(-1, 1) * freqs[None]
+        return torch.cat([angle.sin(), angle.cos()], dim=1)
+
+    return torch.cat([code(rows), code(cols)], dim=1)
+
+
+def velocity_from_x0(noisy: torch.Tensor, x0_hat: torch.Tensor, t: torch.Tensor, t_min: float = 1e-3
+                     ) -> torch.Tensor:
+    """[reconstructed] x0-parameterised rectified-flow velocity: on x_t = (1 - t) x_0 + t eps the velocity
+    eps - x_0 equals (x_t - x_0) / t, so a model predicting x0_hat gives v = (x_t - x0_hat) / max(t, t_min). With
+    the Euler sampler the last step (t = dt) returns x0_hat exactly; a zero x0_hat gives the zero edit residual
+    at every t (the unedited background is exact from the start)."""
+    tb = t.clamp_min(t_min).reshape(-1, *([1] * (noisy.dim() - 1)))
+    return (noisy - x0_hat) / tb
+
+
+def x0_matching_loss(x0_hat: torch.Tensor, x0: torch.Tensor, weight: torch.Tensor | None = None) -> torch.Tensor:
+    """mean ||x0_hat - x_0||^2 (the rectified-flow velocity loss ||v(x0_hat) - (eps - x_0)||^2 = ||x0_hat - x_0||^2
+    / t^2 with the weight t^2); with ``weight`` the weighted mean sum(w err^2) / sum(w)."""
+    err = (x0_hat - x0) ** 2
+    if weight is None:
+        return err.mean()
+    w = torch.broadcast_to(weight, err.shape).to(err.dtype)
+    return (w * err).sum() / w.sum().clamp_min(1e-12)
 
 
 def timestep_embedding(t: torch.Tensor, width: int) -> torch.Tensor:
@@ -201,9 +269,11 @@ class _MultiHeadAttention(nn.Module):
 
 
 class DiTBlock(nn.Module):
-    """adaLN-Zero DiT block (Peebles & Xie 2023). ``joint``: attention over the whole sequence (MiVE's unified
-    self-attention). ``cross``: self-attention over the video tokens, then cross-attention from video to the
-    condition tokens (the prior design MiVE argues against); the condition tokens pass unchanged."""
+    """adaLN DiT block (Peebles & Xie 2023) with the adaLN projection zero-initialised, so at init the block
+    is the plain pre-LN transformer block (gates 1 + g = 1), not the identity of adaLN-Zero. ``joint``: attention
+    over the whole sequence (MiVE's unified self-attention). ``cross``: self-attention over the video tokens, then
+    cross-attention from video to the condition tokens (the prior design MiVE argues against); the condition
+    tokens pass unchanged."""
 
     def __init__(self, width: int, heads: int, attention: Literal["joint", "cross"]) -> None:
         super().__init__()
@@ -237,29 +307,51 @@ class DiTBlock(nn.Module):
 
 
 class EditDiT(nn.Module):
-    """The DiT of the cpu profile: predicts the velocity of the edit residual x_tgt - x_src in patch space.
+    """The DiT of the cpu profile: predicts the clean edit residual x0_hat (x_tgt - x_src in patch space); the
+    velocity of rectified flow is ``velocity_from_x0`` of it.
 
-    Video tokens = Linear([noisy residual patch ; source patch]) + learned position; condition tokens from an
-    external ``ConditionTokens`` (or a baseline encoder); timestep by adaLN; output = Linear on video tokens."""
+    Video tokens = Linear([noisy residual patch ; source patch]) + fixed 2-D sin-cos position of the patch (the same
+    code in every frame). Condition tokens from an external ``ConditionTokens`` (or a baseline encoder), the first
+    ``cond_image_frames * grid^2`` of them (the VLM's image patches) given the SAME position codes, so a video patch
+    finds the reference patch at its place by matching positions. Timestep by adaLN; output = zero-initialised
+    Linear on video tokens (x0_hat = 0, no edit, at init)."""
 
     def __init__(self, patch_dim: int, n_video_tokens: int, cond_width: int, n_cond_layers: int, width: int,
-                 depth: int, heads: int, attention: Literal["joint", "cross"] = "joint") -> None:
+                 depth: int, heads: int, attention: Literal["joint", "cross"] = "joint", grid: int = 4,
+                 cond_image_frames: int = 2) -> None:
         super().__init__()
         if width % heads:
             raise ValueError(f"width {width} must be a multiple of heads {heads}")
+        if n_video_tokens % (grid * grid):
+            raise ValueError(f"n_video_tokens {n_video_tokens} must be a multiple of grid^2 = {grid * grid}")
         self.width = width
         self.embed = nn.Linear(2 * patch_dim, width)
-        self.position = nn.Parameter(torch.randn(1, n_video_tokens, width) * 0.02)
+        codes = sincos_2d(grid, width)
+        self.register_buffer("position", codes.repeat(n_video_tokens // (grid * grid), 1)[None], persistent=False)
+        self.register_buffer("cond_position", codes.repeat(cond_image_frames, 1)[None], persistent=False)
         self.condition = ConditionTokens(cond_width, width, n_cond_layers)
         self.time_mlp = nn.Sequential(nn.Linear(width, width), nn.SiLU(), nn.Linear(width, width))
         self.blocks = nn.ModuleList(DiTBlock(width, heads, attention) for _ in range(depth))
         self.norm = nn.LayerNorm(width, elementwise_affine=False)
         self.head = nn.Linear(width, patch_dim)
+        nn.init.zeros_(self.head.weight)
+        nn.init.zeros_(self.head.bias)
+
+    def condition_positions(self, states: Sequence[torch.Tensor]) -> torch.Tensor:
+        """Position codes ``(1, sum_l L_l, width)`` of the condition sequence: each layer's image patches get the
+        2-D codes, its text tokens zeros."""
+        codes = []
+        for h in states:
+            n_image = min(self.cond_position.shape[1], h.shape[1])
+            pad = self.cond_position.new_zeros(1, h.shape[1] - n_image, self.width)
+            codes.append(torch.cat([self.cond_position[:, :n_image], pad], dim=1))
+        return torch.cat(codes, dim=1)
 
     def forward(self, noisy: torch.Tensor, source: torch.Tensor, t: torch.Tensor,
                 states: Sequence[torch.Tensor]) -> torch.Tensor:
+        """x0_hat, the predicted clean residual patches."""
         video = self.embed(torch.cat([noisy, source], dim=-1)) + self.position
-        cond = self.condition(states)
+        cond = self.condition(states) + self.condition_positions(states)
         time = self.time_mlp(timestep_embedding(t, self.width))
         for block in self.blocks:
             video, cond = block(video, cond, time)

@@ -100,8 +100,10 @@ class Editor(nn.Module):
             self.encoder = None
             cond_width, n_layers = cfg.vlm.lm_width, len(self.layers)
         attention = "joint" if variant in ("first_last", "last_only", "first_only") else "cross"
+        # image-patch condition tokens: the VLM sees [source frame 0][reference], the decoupled encoder the reference
         self.dit = method.EditDiT(patch_dim, n_video_tokens, cond_width, n_layers, d.width, d.depth, d.heads,
-                                  attention)
+                                  attention, grid=cfg.data.image_size // PATCH,
+                                  cond_image_frames=1 if variant == "decoupled" else 2)
 
     def states(self, batch: dict[str, torch.Tensor]) -> list[torch.Tensor]:
         if self.encoder is not None:
@@ -110,7 +112,13 @@ class Editor(nn.Module):
 
     def forward(self, noisy: torch.Tensor, source: torch.Tensor, t: torch.Tensor,
                 batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        """x0_hat, the predicted clean (scaled) edit residual."""
         return self.dit(noisy, source, t, self.states(batch))
+
+    def velocity(self, noisy: torch.Tensor, source: torch.Tensor, t: torch.Tensor,
+                 batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        """Rectified-flow velocity (x_t - x0_hat) / max(t, 1e-3)."""
+        return method.velocity_from_x0(noisy, self(noisy, source, t, batch), t)
 
 
 @dataclass
@@ -139,16 +147,24 @@ def edit_set(arrays: dict[str, np.ndarray], states: list[torch.Tensor], layers: 
     return EditSet(tensors)
 
 
+def warmup_constant(optimizer: torch.optim.Optimizer, total_steps: int) -> torch.optim.lr_scheduler.LambdaLR:
+    """Linear warm-up over 5% of the steps (at least 1), then the constant base rate: a cosine to 0 stopped the
+    DiT while its loss was still falling."""
+    warmup = max(1, total_steps // 20)
+    return torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: min(1.0, (s + 1) / warmup))
+
+
 def train_editor(cfg: MiveConfig, variant: str, seed: int, train_set: EditSet,
                  progress: Callable[[int], None] | None = None) -> tuple[Editor, list[float]]:
-    """Rectified-flow training: loss ||v(x_t, t, c) - (eps - x_0)||^2 with x_0 the scaled edit residual, the
-    patches of the two objects weighted ``region_weight`` (the residual is zero elsewhere; without the weight the
-    first hundreds of steps only learn to predict no change)."""
+    """Rectified-flow training of the x0-parameterised DiT: loss ||x0_hat(x_t, t, c) - x_0||^2 (the velocity loss
+    with weight t^2) with x_0 the scaled edit residual, the patches of the two objects weighted ``region_weight``
+    (the residual is zero elsewhere; without the weight the first hundreds of steps only learn to predict no
+    change). Warm-up then constant learning rate."""
     d = cfg.dit
     with torch_init_seed(seed * 101 + 7):
         editor = Editor(cfg, variant, train_set.tensors["residual"].shape[1])
     opt = torch.optim.AdamW(editor.parameters(), lr=d.lr, weight_decay=0.0)
-    sched = warmup_cosine(opt, d.steps)
+    sched = warmup_constant(opt, d.steps)
     gen = torch.Generator().manual_seed(seed * 7 + 1)
     losses = []
     for step in range(d.steps):
@@ -157,7 +173,7 @@ def train_editor(cfg: MiveConfig, variant: str, seed: int, train_set: EditSet,
         noise = torch.randn(x0.shape, generator=gen)
         t = torch.rand(x0.shape[0], generator=gen)
         pred = editor(method.interpolate(x0, noise, t), batch["source"], t, batch)
-        loss = method.flow_matching_loss(pred, x0, noise, 1 + (d.region_weight - 1) * batch["region"])
+        loss = method.x0_matching_loss(pred, x0, 1 + (d.region_weight - 1) * batch["region"])
         opt.zero_grad()
         loss.backward()
         opt.step()
@@ -168,21 +184,33 @@ def train_editor(cfg: MiveConfig, variant: str, seed: int, train_set: EditSet,
     return editor.eval(), losses
 
 
+def shuffled_conditions(batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """The batch with every condition input (VLM states ``h<i>``, reference, instruction ids) taken from the next
+    clip (a cyclic shift by one), the video inputs unchanged: the conditioning of another clip."""
+    conditions = [k for k in batch if k.startswith("h") or k in ("reference", "ids")]
+    return batch | {k: batch[k].roll(1, dims=0) for k in conditions}
+
+
 @torch.no_grad()
-def validation_losses(editor: Editor, test_set: EditSet, batches: int, seed: int) -> tuple[float, float]:
-    """Flow-matching loss on the test clips (all tokens, and edit-region weighted), at fixed seeded (t, eps)."""
+def validation_losses(editor: Editor, test_set: EditSet, batches: int, seed: int) -> dict[str, float]:
+    """x0-matching loss on the test clips at fixed seeded (t, eps): all tokens (``full``), the objects' patches
+    (``region``), and the objects' patches with every clip given another clip's conditions (``region_shuffled``,
+    same t and eps). ``region_shuffled - region`` > 0 says the DiT uses its conditioning."""
     gen = torch.Generator().manual_seed(seed + 12345)
-    full, region = [], []
-    idx = torch.arange(len(test_set))
+    out: dict[str, list[float]] = {"full": [], "region": [], "region_shuffled": []}
+    batch = test_set.batch(torch.arange(len(test_set)))
+    shuffled = shuffled_conditions(batch)
+    x0 = batch["residual"]
     for _ in range(batches):
-        batch = test_set.batch(idx)
-        x0 = batch["residual"]
         noise = torch.randn(x0.shape, generator=gen)
         t = torch.rand(x0.shape[0], generator=gen)
-        pred = editor(method.interpolate(x0, noise, t), batch["source"], t, batch)
-        full.append(float(method.flow_matching_loss(pred, x0, noise)))
-        region.append(float(method.flow_matching_loss(pred, x0, noise, batch["region"])))
-    return float(np.mean(full)), float(np.mean(region))
+        noisy = method.interpolate(x0, noise, t)
+        pred = editor(noisy, batch["source"], t, batch)
+        out["full"].append(float(method.x0_matching_loss(pred, x0)))
+        out["region"].append(float(method.x0_matching_loss(pred, x0, batch["region"])))
+        pred_shuffled = editor(noisy, batch["source"], t, shuffled)
+        out["region_shuffled"].append(float(method.x0_matching_loss(pred_shuffled, x0, batch["region"])))
+    return {k: float(np.mean(v)) for k, v in out.items()}
 
 
 @torch.no_grad()
@@ -190,6 +218,6 @@ def sample_edits(editor: Editor, test_set: EditSet, steps: int, seed: int, frame
     """Edited clips ``(N, T, S, S, 3)``: source + Euler-sampled residual, clipped to [0, 1]."""
     batch = test_set.batch(torch.arange(len(test_set)))
     noise = torch.randn(batch["residual"].shape, generator=torch.Generator().manual_seed(seed + 999))
-    residual = method.euler_sample(lambda x, t: editor(x, batch["source"], t, batch), noise, steps)
+    residual = method.euler_sample(lambda x, t: editor.velocity(x, batch["source"], t, batch), noise, steps)
     edited = batch["source"] + residual / RESIDUAL_SCALE
     return method.unpatchify(edited, frames, size, PATCH).clamp(0, 1)

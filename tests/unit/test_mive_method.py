@@ -190,6 +190,64 @@ def test_negative_control_probe_with_a_wrong_intercept_is_caught(monkeypatch):
     assert probe_sanity()[0] < 0.9
 
 
+def test_probe_is_invariant_to_a_scale_and_shift_of_the_layer():
+    """A layer multiplied by 0.01 and shifted by 5 carries the same information: its probe R^2 and accuracy must
+    not change (a fixed ridge on raw features fails this: R^2 1.00 -> 0.27)."""
+    gen = torch.Generator().manual_seed(3)
+    hue = torch.rand(600, generator=gen) * 2 * math.pi
+    y = torch.stack([hue.cos(), hue.sin()], 1)
+    layer = torch.cat([y @ torch.randn(2, 8, generator=gen), 0.05 * torch.randn(600, 8, generator=gen)], 1)
+    squashed = 0.01 * layer + 5.0
+    r_raw = method.ridge_probe_r2(layer[:400], y[:400], layer[400:], y[400:], 1.0)
+    r_squashed = method.ridge_probe_r2(squashed[:400], y[:400], squashed[400:], y[400:], 1.0)
+    assert r_raw > 0.9 and r_squashed == pytest.approx(r_raw, abs=1e-9)
+    labels = (hue > math.pi).long()
+    a_raw = method.ridge_probe_accuracy(layer[:400], labels[:400], layer[400:], labels[400:], 2, 50.0)
+    a_squashed = method.ridge_probe_accuracy(squashed[:400], labels[:400], squashed[400:], labels[400:], 2, 50.0)
+    assert a_raw > 0.8 and a_squashed == a_raw
+
+
+def test_negative_control_unstandardised_probe_is_not_scale_invariant(monkeypatch):
+    monkeypatch.setattr(method, "standardise", lambda fit, other: (fit.double(), other.double()))
+    with pytest.raises(AssertionError):
+        test_probe_is_invariant_to_a_scale_and_shift_of_the_layer()
+
+
+def test_standardise_uses_the_fit_statistics():
+    fit = torch.tensor([[1.0, 10.0], [3.0, 10.0]])  # mean (2, 10), sd (sqrt 2, 0 -> floored)
+    z_fit, z_other = method.standardise(fit, torch.tensor([[5.0, 10.0]]))
+    assert torch.allclose(z_fit[:, 0], torch.tensor([-1.0, 1.0], dtype=torch.float64) / math.sqrt(2))
+    assert torch.allclose(z_other, torch.tensor([[3.0 / math.sqrt(2), 0.0]], dtype=torch.float64))
+
+
+def test_between_clip_spread_is_centred_and_exact():
+    features = torch.tensor([[1.0, 0.0], [3.0, 0.0]])  # std over rows (sqrt 2, 0): mean sqrt(2)/2
+    tokens = torch.tensor([[0.0, 0.0], [2.0, 2.0]])  # centred (+-1, +-1): RMS 1
+    assert method.between_clip_spread(features, tokens) == pytest.approx(math.sqrt(2) / 2)
+    # a shared offset (the uncentred measure's failure) and a common scale change nothing
+    assert method.between_clip_spread(3 * features + 100, 3 * tokens + 100) == pytest.approx(math.sqrt(2) / 2)
+    assert method.between_clip_spread(torch.ones(4, 2), tokens) == 0.0
+
+
+def test_x0_velocity_and_loss_exact():
+    x0, eps, t = torch.tensor([[1.0, -2.0]]), torch.tensor([[0.5, 0.5]]), torch.tensor([0.25])
+    noisy = method.interpolate(x0, eps, t)
+    # with the true x0 the velocity is the rectified-flow target eps - x0 exactly
+    assert torch.allclose(method.velocity_from_x0(noisy, x0, t), method.velocity_target(x0, eps))
+    # t below 1e-3 is clamped: (x_t - x0_hat) / 1e-3
+    v = method.velocity_from_x0(torch.tensor([[1.0]]), torch.tensor([[0.0]]), torch.tensor([0.0]))
+    assert float(v) == pytest.approx(1000.0)
+    assert float(method.x0_matching_loss(torch.tensor([[0.0, 0.0]]), torch.tensor([[1.0, 2.0]]))) == 2.5
+    assert float(method.x0_matching_loss(torch.tensor([[0.0, 0.0]]), torch.tensor([[1.0, 2.0]]),
+                                         torch.tensor([[3.0, 1.0]]))) == pytest.approx(7 / 4)
+
+
+def test_euler_with_the_x0_velocity_returns_x0_hat_at_the_last_step():
+    x0_hat = torch.tensor([[0.3, -0.7, 1.1]])
+    out = method.euler_sample(lambda x, t: method.velocity_from_x0(x, x0_hat, t), torch.randn(1, 3), 10)
+    assert torch.allclose(out, x0_hat, atol=1e-6)
+
+
 def test_ridge_probe_accuracy_exact():
     x = torch.tensor([[0.0], [0.1], [1.0], [1.1]])
     labels = torch.tensor([0, 0, 1, 1])
@@ -213,9 +271,10 @@ def test_timestep_embedding_and_modulate_exact():
 def dit(attention: str) -> method.EditDiT:
     torch.manual_seed(0)
     model = method.EditDiT(patch_dim=6, n_video_tokens=4, cond_width=5, n_cond_layers=2, width=8, depth=2, heads=2,
-                           attention=attention)
+                           attention=attention, grid=2, cond_image_frames=1)
     for block in model.blocks:  # adaLN starts at zero; give it weights so the timestep matters too
         torch.nn.init.normal_(block.ada.weight, std=0.1)
+    torch.nn.init.normal_(model.head.weight, std=0.1)  # the x0 head starts at zero (no edit); give it weights
     return model
 
 
@@ -248,7 +307,37 @@ def test_cross_attention_condition_tokens_ignore_video():
 
 def test_edit_dit_refuses_bad_width():
     with pytest.raises(ValueError, match="multiple of heads"):
-        method.EditDiT(6, 4, 5, 1, width=9, depth=1, heads=2)
+        method.EditDiT(6, 4, 5, 1, width=9, depth=1, heads=2, grid=2)
+    with pytest.raises(ValueError, match="multiple of grid"):
+        method.EditDiT(6, 6, 5, 1, width=8, depth=1, heads=2, grid=2)
+
+
+def test_edit_dit_starts_at_the_zero_edit_and_shares_positions_with_condition_patches():
+    torch.manual_seed(0)
+    model = method.EditDiT(patch_dim=6, n_video_tokens=8, cond_width=5, n_cond_layers=2, width=8, depth=1, heads=2,
+                           grid=2, cond_image_frames=2)
+    noisy = torch.randn(2, 8, 6)
+    assert torch.equal(model(noisy, torch.randn(2, 8, 6), torch.tensor([0.5, 1.0]), [torch.randn(2, 6, 5)] * 2),
+                       torch.zeros(2, 8, 6))
+    codes = method.sincos_2d(2, 8)
+    # video: the same 2-D code in both frames; condition: each layer's first 2 x 4 tokens (source, reference
+    # patches) the same codes, the text tokens after them none
+    assert torch.equal(model.position[0], torch.cat([codes, codes]))
+    positions = model.condition_positions([torch.zeros(1, 10, 5), torch.zeros(1, 10, 5)])[0]
+    assert torch.equal(positions[:8], torch.cat([codes, codes])) and torch.equal(positions[10:18], positions[:8])
+    assert positions[8:10].abs().sum() == 0 and positions[18:].abs().sum() == 0
+
+
+def test_sincos_2d_exact_values():
+    codes = method.sincos_2d(3, 8)  # quarter 2, freqs (1, 1/100); row-major (row, col)
+    assert codes.shape == (9, 8)
+    row, col = 1, 2
+    expected = torch.tensor([math.sin(row), math.sin(row / 100), math.cos(row), math.cos(row / 100),
+                             math.sin(col), math.sin(col / 100), math.cos(col), math.cos(col / 100)])
+    assert torch.allclose(codes[row * 3 + col], expected, atol=1e-6)
+    assert torch.allclose(codes[0], torch.tensor([0.0, 0.0, 1.0, 1.0, 0.0, 0.0, 1.0, 1.0]))
+    with pytest.raises(ValueError, match="multiple of 4"):
+        method.sincos_2d(2, 6)
 
 
 # ----------------------------------------------------------------------------- patches and edit metrics
