@@ -25,15 +25,16 @@ INSTRUCTION = ("You route a user's request to experts. Control tokens: <ASR> tra
                "<MEM_WRITE> store this turn's expert outputs, <ANSWER> answer, <TTS> speak the answer, <EOS> end.\n")
 
 
-def planner_prompt(request: str, attachments: list[str]) -> str:
+def planner_prompt(request: str, attachments: list[str], instruction: str = INSTRUCTION) -> str:
     attached = ", ".join(attachments) if attachments else "nothing"
-    return f"{INSTRUCTION}Attached: {attached}.\nRequest: {request}\nProgram:"
+    return f"{instruction}Attached: {attached}.\nRequest: {request}\nProgram:"
 
 
-def plan(policy: LLMPolicy, request: str, attachments: list[str], max_evidence: int = 3) -> list[str]:
+def plan(policy: LLMPolicy, request: str, attachments: list[str], max_evidence: int = 3,
+         instruction: str = INSTRUCTION) -> list[str]:
     """Grammar-constrained decoding with any ``LLMPolicy``: at each step the model picks (``choose``, highest
     log-probability of the token's text) among the tokens ``method.allowed_next`` permits."""
-    prompt = planner_prompt(request, attachments)
+    prompt = planner_prompt(request, attachments, instruction)
     state, program = method.GrammarState(), []
     while state.state != method.ACCEPTED:
         options = method.allowed_next(state, max_evidence)
