@@ -14,8 +14,7 @@ from tasks.common.tiny_lm import build_tiny_gpt2, tiny_gpt2_config
 from tasks.llm_orchestration import claim_metrics, controller, experts, method, orchestrator
 from tasks.llm_orchestration.baselines import joint_steps
 from tasks.llm_orchestration.config import ClockConfig, MemoryConfig
-from tasks.llm_orchestration.method import (ANSWER, ASR, EOS, MEM_READ, MEM_WRITE, TTS, VIDEO, VISION,
-                                            GrammarState)
+from tasks.llm_orchestration.method import ANSWER, ASR, EOS, MEM_READ, MEM_WRITE, TTS, VIDEO, VISION, GrammarState
 from tasks.llm_orchestration.train import controller_vocab
 
 # --- grammar -----------------------------------------------------------------------------------------------
@@ -258,7 +257,8 @@ def tts_checks() -> bool:
     parallel = method.schedule_tts(SENTENCES, 0.0, 1.0, 10.0, 3)
     starts = [c.play_start for c in parallel]
     return (method.time_to_first_audio(sequential, 0.0) == 60.0 and method.time_to_first_audio(parallel, 0.0) == 20.0
-            and [c.index for c in sorted(parallel, key=lambda c: c.play_start)] == [0, 1, 2] and starts == [20, 220, 420])
+            and [c.index for c in sorted(parallel, key=lambda c: c.play_start)] == [0, 1, 2]
+            and starts == [20, 220, 420])
 
 
 def test_tts_schedule_exact():
@@ -335,7 +335,8 @@ def test_swapping_the_vision_expert_changes_only_its_hash():
                  "video": experts.build_expert("video", 8, 3), "asr": experts.build_expert("asr", 8, 4, vocab_size=5)}
     first = {"vision": "vision_v1", "video": "video", "asr": "asr"}
     second = first | {"vision": "vision_v2"}
-    hashes = [{role: method.parameter_hash(available[name]) for role, name in choice.items()} for choice in (first, second)]
+    hashes = [{role: method.parameter_hash(available[name]) for role, name in choice.items()}
+              for choice in (first, second)]
     assert [role for role in first if hashes[0][role] != hashes[1][role]] == ["vision"]
 
 
@@ -379,7 +380,8 @@ def test_reuse_returns_the_record_of_the_same_source():
 def test_negative_control_reuse_of_another_sources_record_is_caught(monkeypatch):
     """A memory that returns the latest record whatever the source: a follow-up about image a after image b was
     described gets b's objects."""
-    monkeypatch.setattr(method.Memory, "retrieve", lambda self, source, query: self.records[-1] if self.records else None)
+    monkeypatch.setattr(method.Memory, "retrieve",
+                        lambda self, source, query: self.records[-1] if self.records else None)
     state = orchestrator.SessionState(method.Memory(0.6, 64))
     tables = _tables()
     orchestrator.run_turn([VISION, MEM_WRITE, ANSWER, EOS], "how many objects in the picture", 0, {"image": "a:image"},

@@ -34,7 +34,8 @@ def test_speech_spectrum_peaks_at_the_word_tones():
 
 
 def test_gold_answers_use_the_true_scene():
-    row = {"text": "how many red objects are in the picture", "cells": ["red square", "red circle", "empty", "blue square"],
+    row = {"text": "how many red objects are in the picture",
+           "cells": ["red square", "red circle", "empty", "blue square"],
            "direction": "up"}
     assert data.gold_answer(row) == "2"
     assert data.gold_answer({"text": "which way is the object moving in the video", "direction": "up"}) == "up"
