@@ -4,8 +4,6 @@ library through monkeypatch and show the same check fails (docs/testing.md)."""
 from __future__ import annotations
 
 import math
-import subprocess
-import sys
 
 import pytest
 import torch
@@ -127,26 +125,6 @@ def test_hashed_bow_counts_words_in_stable_buckets():
 
     assert method.stable_bucket("red", 97) == int.from_bytes(hashlib.sha256(b"red").digest()[:8], "big") % 97
     assert method.cosine(method.hashed_bow("image objects"), method.hashed_bow("objects image")) == pytest.approx(1.0)
-
-
-def _bow_in_subprocess(expression: str, hash_seed: str) -> str:
-    code = f"from tasks.llm_orchestration import method; print({expression})"
-    env = {"PYTHONHASHSEED": hash_seed, "PATH": "", "PYTHONPATH": sys.path[0] if sys.path[0] else "."}
-    import os
-
-    env["PYTHONPATH"] = os.getcwd()
-    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True).stdout
-
-
-def test_hashed_bow_is_identical_across_processes():
-    """Acceptance check (a)3: two processes with different string-hash salts give the same vector."""
-    expression = "method.hashed_bow('image objects red circle blue square', 64)"
-    assert _bow_in_subprocess(expression, "1") == _bow_in_subprocess(expression, "2")
-
-
-def test_negative_control_a_salted_hash_differs_across_processes():
-    expression = "[hash(w) % 64 for w in method.words('image objects red circle blue square')]"
-    assert _bow_in_subprocess(expression, "1") != _bow_in_subprocess(expression, "2")
 
 
 def _record(source: str, bow: tuple[float, ...], summary: str = "image objects: red circle") -> method.MemoryRecord:

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+
 import numpy as np
 import pytest
 
@@ -85,3 +89,20 @@ def test_paper_profile_evaluation_says_what_is_missing():
 def test_gold_program_of_a_spoken_follow_up():
     assert gold_program(Request("followup_count", "x", True, True)) == [
         method.ASR, method.MEM_READ, method.ANSWER, method.TTS, method.EOS]
+
+
+def _bow_in_subprocess(expression: str, hash_seed: str) -> str:
+    code = f"from tasks.llm_orchestration import method; print({expression})"
+    env = {"PYTHONHASHSEED": hash_seed, "PATH": "", "PYTHONPATH": os.getcwd()}
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True).stdout
+
+
+def test_hashed_bow_is_identical_across_processes():
+    """Acceptance check (a)3: two processes with different string-hash salts give the same vector."""
+    expression = "method.hashed_bow('image objects red circle blue square', 64)"
+    assert _bow_in_subprocess(expression, "1") == _bow_in_subprocess(expression, "2")
+
+
+def test_negative_control_a_salted_hash_differs_across_processes():
+    expression = "[hash(w) % 64 for w in method.words('image objects red circle blue square')]"
+    assert _bow_in_subprocess(expression, "1") != _bow_in_subprocess(expression, "2")
