@@ -42,6 +42,8 @@ def test_grammar_exact_transitions():
     assert state == GrammarState(method.EVIDENCE_EXPERT, 2)
     assert method.advance(GrammarState(), MEM_READ) == GrammarState(method.EVIDENCE_MEMORY, 1)
     assert method.allowed_next(GrammarState(method.WRITTEN)) == (ANSWER,)
+    assert method.advance(GrammarState(method.EVIDENCE_EXPERT, 2), ANSWER) == GrammarState(method.ANSWERED, 2)
+    assert method.advance(GrammarState(method.ANSWERED, 2), TTS) == GrammarState(method.SPOKEN, 2)
     assert method.allowed_next(GrammarState(method.SPOKEN)) == (EOS,)
     assert method.allowed_next(GrammarState(method.ACCEPTED)) == ()
     # the evidence bound: after max_evidence evidence tokens only MEM_WRITE / ANSWER remain
@@ -187,6 +189,9 @@ def test_record_json_round_trips():
     data = json.loads(record.to_json())
     assert data["turn"] == 3 and data["source_hash"] == "h" and data["bow_vector"] == list(method.hashed_bow(
         "video motion", 8))
+    short = method.MemoryRecord(1, "image", "h", "vision", "t", "s", (1.0, 0.0))
+    assert short.to_json() == ('{"bow_vector": [1.0, 0.0], "expert": "vision", "modality": "image", '
+                               '"source_hash": "h", "summary": "s", "topic": "t", "turn": 1}')
     assert method.source_hash(b"abc") == "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"
 
 
@@ -273,6 +278,7 @@ def test_barge_in_cancels_pending_and_stops_within_a_frame():
     assert before.cancelled == (0, 1, 2) and before.emitted == () and before.audio_end == 10.0
     gap = method.barge_in(chunks, 220.0, 20.0)  # exactly at chunk 1's start: chunk 1 is cancelled too
     assert gap.cancelled == (1, 2) and gap.audio_end == 220.0
+    assert [c.index for c in gap.emitted] == [0]
 
 
 def test_negative_control_barge_in_that_lets_chunks_finish_is_caught(monkeypatch):
@@ -289,6 +295,7 @@ def test_virtual_clock_books_costs_per_component():
     assert clock.now == 615.0 and clock.spent == {"controller": 15.0, "vision": 600.0}
     with pytest.raises(ValueError):
         clock.charge("x", -1.0)
+    assert clock.charge("tiny", 0.5) == 615.5
 
 
 # --- training-free integration ------------------------------------------------------------------------------
