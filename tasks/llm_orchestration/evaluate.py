@@ -11,16 +11,19 @@
 
 from __future__ import annotations
 
+import threading
 import time
 from collections import Counter
 from pathlib import Path
 
 import numpy as np
 import torch
+from safetensors.torch import load_model as load_safetensors_model
+from transformers import GPT2Config, GPT2LMHeadModel
 
 from tasks.common.io import load_state_dict
 from tasks.common.results import Progress, SeedResult, no_progress
-from tasks.common.tiny_lm import load_model
+from tasks.common.seeding import torch_init_seed
 from tasks.llm_orchestration import baselines, experts, method, orchestrator
 from tasks.llm_orchestration.config import LlmOrchestrationConfig
 from tasks.llm_orchestration.controller import decode_programs, gold_program, prompt_tokens
@@ -36,6 +39,30 @@ from tasks.llm_orchestration.data import (
 )
 from tasks.llm_orchestration.train import CONTROLLER_DIR, EXPERT_FILES, controller_vocab, joint_file, word_index
 from tasks.llm_orchestration.world import SPEAK_SUFFIX, TEMPLATES
+
+_LOAD_LOCK = threading.Lock()
+
+
+def load_controller(directory: Path) -> GPT2LMHeadModel:
+    """The controller from its ``save_pretrained`` folder, built from its config and loaded with safetensors, with
+    ``lm_head`` tied to the token embeddings explicitly.
+
+    Not ``from_pretrained``: in the 2026-12-01 cpu run three seeds loaded their controllers concurrently on the
+    flow's threads and every one came back with an untied, freshly initialised ``lm_head`` (routing accuracy 3%,
+    every free-decoded program invalid), while the same folders loaded alone were correct; ``tie_weights`` on a
+    module built on a worker thread did not tie either (measured). Loads are serialised by a lock, every saved
+    tensor must load, and the tie is set and checked here rather than assumed."""
+    with _LOAD_LOCK:
+        config = GPT2Config.from_pretrained(str(directory))
+        with torch_init_seed(0):
+            model = GPT2LMHeadModel(config)
+        missing, unexpected = load_safetensors_model(model, str(Path(directory) / "model.safetensors"), strict=False)
+        if unexpected or set(missing) - {"lm_head.weight"}:
+            raise RuntimeError(f"controller at {directory}: missing {missing}, unexpected {unexpected}")
+        model.lm_head.weight = model.transformer.wte.weight
+    if model.lm_head.weight.data_ptr() != model.transformer.wte.weight.data_ptr():
+        raise RuntimeError(f"controller at {directory}: lm_head is not tied to the token embeddings")
+    return model.eval()
 
 
 class Timer:
@@ -212,7 +239,7 @@ def evaluate(cfg: LlmOrchestrationConfig, seed: int, data_dir: Path, model_dir: 
     model_dir = Path(model_dir)
     models = load_experts(cfg, model_dir)
     hashes_before = {name: method.parameter_hash(m) for name, m in models.items()}
-    controller = load_model(model_dir / CONTROLLER_DIR)
+    controller = load_controller(model_dir / CONTROLLER_DIR)
     timer = Timer()
     with result.stage("experts_alone"):
         result.add(expert_accuracies(cfg, models, data_dir, seed))
