@@ -251,15 +251,17 @@ def evaluate(cfg: LlmOrchestrationConfig, seed: int, data_dir: Path, model_dir: 
         programs, generated, prompts = programs_for(controller, qa, heard, True, cfg.controller.max_evidence, Timer())
         for version in ("vision_v1", "vision_v2"):
             tables = expert_tables(cfg, qa, models[version], models["video"], Timer(), "q")
-            correct = count_correct = 0
+            correct = count_correct = direction_correct = 0
             for k, r in enumerate(qa):
                 state = orchestrator.SessionState(method.Memory(cfg.memory.tau, cfg.memory.bow_dim))
                 outcome = orchestrator.run_turn(programs[k], heard[k], 0, attached_of(r, f"q{k}"), state, tables,
                                                 cfg.clock, cfg.memory, len(prompts[k]), generated[k], 0)
                 correct += outcome.answer == gold_answer(r)
                 count_correct += r["intent"] == "count" and outcome.answer == gold_answer(r)
+                direction_correct += r["intent"] == "direction" and outcome.answer == gold_answer(r)
             result.add({f"orch_qa_correct_{version}": float(correct),
-                        f"orch_image_qa_correct_{version}": float(count_correct)})
+                        f"orch_image_qa_correct_{version}": float(count_correct),
+                        f"orch_video_qa_correct_{version}": float(direction_correct)})
         count_items = [k for k, r in enumerate(qa) if r["intent"] == "count"]
         result.add(qa_trials=float(len(qa)), qa_count_trials=float(len(count_items)))
         # The swap test's reference: each vision version alone on the same image questions (its summary, the
@@ -274,6 +276,9 @@ def evaluate(cfg: LlmOrchestrationConfig, seed: int, data_dir: Path, model_dir: 
         batch = joint_inputs(qa, cfg.world.image_noise, cfg.world.speech_noise, words)
         labels = torch.tensor([baselines.ANSWERS.index(gold_answer(r)) for r in qa])
         pool = load_stream(data_dir, "qa_train", seed)
+        # per question type, to tell a joint model that fails one kind of question from one that is weak overall
+        intents = {intent: torch.tensor([r["intent"] == intent for r in qa]) for intent in ("count", "direction")}
+        result.add({f"qa_trials_{intent}": float(mask.sum()) for intent, mask in intents.items()})
         j = cfg.joint
         for budget in j.budgets:
             model = baselines.build_joint(j.width, j.layers, j.heads, len(SPEECH_VOCAB), 0)
@@ -283,6 +288,9 @@ def evaluate(cfg: LlmOrchestrationConfig, seed: int, data_dir: Path, model_dir: 
             train_rows = pool[:budget]
             train_batch = joint_inputs(train_rows, cfg.world.image_noise, cfg.world.speech_noise, words)
             train_labels = torch.tensor([baselines.ANSWERS.index(gold_answer(r)) for r in train_rows])
+            right = pred == labels
+            result.add({f"joint_qa_correct_{intent}_N{budget}": float(right[is_intent].sum())
+                        for intent, is_intent in intents.items()})
             result.add({f"joint_qa_correct_N{budget}": float((pred == labels).sum()),
                         f"joint_train_correct_N{budget}": float((baselines.joint_predict(model, train_batch)
                                                                  == train_labels).sum()),
