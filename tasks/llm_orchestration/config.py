@@ -58,12 +58,13 @@ class ControllerConfig(ProfileConfig):
 
 class JointConfig(ProfileConfig):
     budgets: list[int] = Field(min_length=1, description="paired multimodal QA examples N, increasing")
+    validation: int = Field(ge=16, le=1_000_000, description="held-out paired items for early stopping")
     width: int = Field(ge=8, le=512)
     layers: int = Field(ge=1, le=12)
     heads: int = Field(ge=1, le=16)
-    epochs: int = Field(ge=1, le=10_000, description="passes over the N examples (bounded by the step limits)")
-    min_steps: int = Field(ge=1, le=1_000_000)
-    max_steps: int = Field(ge=1, le=1_000_000)
+    check_min_steps: int = Field(ge=1, le=100_000, description="steps between held-out checks, at least")
+    patience: int = Field(ge=1, le=1000, description="held-out checks without improvement before stopping")
+    safety_steps: int = Field(ge=1, le=10_000_000, description="guard against a run that never stops")
     batch_size: int = Field(ge=1, le=4096)
     lr: float = Field(gt=0, le=1)
 
@@ -71,8 +72,8 @@ class JointConfig(ProfileConfig):
     def _budgets(self) -> JointConfig:
         if any(b < 8 for b in self.budgets) or self.budgets != sorted(set(self.budgets)):
             raise ValueError(f"budgets must be increasing, distinct and >= 8, got {self.budgets}")
-        if self.min_steps > self.max_steps:
-            raise ValueError("min_steps must be <= max_steps")
+        if self.width % self.heads:
+            raise ValueError(f"joint.width {self.width} must be divisible by joint.heads {self.heads}")
         return self
 
 

@@ -83,7 +83,8 @@ def _session_rows(rng: np.random.Generator, n: int, cfg: LlmOrchestrationConfig)
 
 
 def make_streams(cfg: LlmOrchestrationConfig, seed: int) -> dict[str, pl.DataFrame]:
-    w, budget = cfg.world, max(cfg.joint.budgets)
+    # the paired pool: the largest budget, then the held-out part the joint model stops early on
+    w, budget = cfg.world, max(cfg.joint.budgets) + cfg.joint.validation
     rng = np.random.default_rng([seed, 1])
     return {
         "images": pl.DataFrame(_image_rows(rng, w.n_images, "train") + _image_rows(rng, w.n_expert_test, "test")),

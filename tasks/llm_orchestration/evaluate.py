@@ -37,7 +37,14 @@ from tasks.llm_orchestration.data import (
     spectra_of,
     videos_of,
 )
-from tasks.llm_orchestration.train import CONTROLLER_DIR, EXPERT_FILES, controller_vocab, joint_file, word_index
+from tasks.llm_orchestration.train import (
+    CONTROLLER_DIR,
+    EXPERT_FILES,
+    controller_vocab,
+    joint_file,
+    timed,
+    word_index,
+)
 from tasks.llm_orchestration.world import SPEAK_SUFFIX, TEMPLATES
 
 _LOAD_LOCK = threading.Lock()
@@ -170,7 +177,7 @@ def run_sessions(cfg: LlmOrchestrationConfig, rows: list[dict], programs: list[l
     calls: Counter[str] = Counter()
     spent: Counter[str] = Counter()
     latency = 0.0
-    followup_sessions = 0
+    followup_sessions = generated_tokens = 0
     for members in sessions.values():
         members.sort(key=lambda k: rows[k]["turn"])
         state = orchestrator.SessionState(method.Memory(cfg.memory.tau, cfg.memory.bow_dim) if memory else None)
@@ -189,6 +196,7 @@ def run_sessions(cfg: LlmOrchestrationConfig, rows: list[dict], programs: list[l
             correct += outcome.answer == gold_answer(r, latest_rows.get("image"), latest_rows.get("video"))
             spent.update(outcome.spent)
             latency += outcome.latency_ms
+            generated_tokens += generated[k]
         reused += state.reused
         calls.update(state.calls)
         if has_followup:
@@ -197,6 +205,7 @@ def run_sessions(cfg: LlmOrchestrationConfig, rows: list[dict], programs: list[l
     tag = "mem" if memory else "nomem"
     out = {f"session_correct_{tag}": float(correct), f"expert_calls_followup_sessions_{tag}": float(calls_followup),
            f"reused_{tag}": float(reused), f"virtual_total_ms_{tag}": latency,
+           f"controller_tokens_generated_{tag}": float(generated_tokens),
            f"calls_vision_{tag}": float(calls["vision"]), f"calls_video_{tag}": float(calls["video"])}
     for component in ("asr", "controller", "memory", "vision", "video", "tts_first_audio"):
         out[f"virtual_{component}_ms_{tag}"] = spent.get(component, 0.0)
@@ -241,11 +250,11 @@ def evaluate(cfg: LlmOrchestrationConfig, seed: int, data_dir: Path, model_dir: 
     hashes_before = {name: method.parameter_hash(m) for name, m in models.items()}
     controller = load_controller(model_dir / CONTROLLER_DIR)
     timer = Timer()
-    with result.stage("experts_alone"):
+    with timed(result, "experts_alone"):
         result.add(expert_accuracies(cfg, models, data_dir, seed))
     progress(0.2, "experts measured")
 
-    with result.stage("qa"):
+    with timed(result, "qa"):
         qa = load_stream(data_dir, "qa_eval", seed)
         heard = transcripts(cfg, qa, models["asr"], Timer())
         programs, generated, prompts = programs_for(controller, qa, heard, True, cfg.controller.max_evidence, Timer())
@@ -272,32 +281,30 @@ def evaluate(cfg: LlmOrchestrationConfig, seed: int, data_dir: Path, model_dir: 
                         == gold_answer(qa[k])
                         for j, k in enumerate(count_items))
             result.add({f"image_qa_correct_{version}": float(right)})
-        words = word_index()
-        batch = joint_inputs(qa, cfg.world.image_noise, cfg.world.speech_noise, words)
+        # the joint models (fusion transformer over the frozen experts' tokens) and the capacity check (the same
+        # transformer on the true scene), per question type: count questions need every cell, direction one clip
+        inputs = joint_inputs(qa, cfg.world.image_noise, cfg.world.speech_noise, word_index())
         labels = torch.tensor([baselines.ANSWERS.index(gold_answer(r)) for r in qa])
-        pool = load_stream(data_dir, "qa_train", seed)
-        # per question type, to tell a joint model that fails one kind of question from one that is weak overall
+        tokens = {"joint": baselines.expert_tokens(inputs, models["vision_v2"], models["video"], models["asr"]),
+                  "oracle": baselines.oracle_tokens(qa, inputs)}
+        shapes = {"joint": baselines.expert_shapes(cfg.experts.width), "oracle": baselines.ORACLE_SHAPES}
         intents = {intent: torch.tensor([r["intent"] == intent for r in qa]) for intent in ("count", "direction")}
         result.add({f"qa_trials_{intent}": float(mask.sum()) for intent, mask in intents.items()})
+        count_answers = Counter(gold_answer(r) for r in qa if r["intent"] == "count")
+        result.add(count_majority_correct=float(max(count_answers.values())))
         j = cfg.joint
-        for budget in j.budgets:
-            model = baselines.build_joint(j.width, j.layers, j.heads, len(SPEECH_VOCAB), 0)
-            load_state_dict(model, model_dir / joint_file(budget))
-            model.eval()
-            pred = baselines.joint_predict(model, batch)
-            train_rows = pool[:budget]
-            train_batch = joint_inputs(train_rows, cfg.world.image_noise, cfg.world.speech_noise, words)
-            train_labels = torch.tensor([baselines.ANSWERS.index(gold_answer(r)) for r in train_rows])
-            right = pred == labels
-            result.add({f"joint_qa_correct_{intent}_N{budget}": float(right[is_intent].sum())
-                        for intent, is_intent in intents.items()})
-            result.add({f"joint_qa_correct_N{budget}": float((pred == labels).sum()),
-                        f"joint_train_correct_N{budget}": float((baselines.joint_predict(model, train_batch)
-                                                                 == train_labels).sum()),
-                        f"joint_train_trials_N{budget}": float(budget)})
+        for kind, budgets in (("joint", j.budgets), ("oracle", [max(j.budgets)])):
+            for budget in budgets:
+                model = baselines.build_fusion(shapes[kind], j.width, j.layers, j.heads, len(SPEECH_VOCAB), 0)
+                load_state_dict(model, model_dir / joint_file(budget, kind))
+                model.eval()
+                right = baselines.fusion_predict(model, tokens[kind]) == labels
+                result.add({f"{kind}_qa_correct_{intent}_N{budget}": float(right[is_intent].sum())
+                            for intent, is_intent in intents.items()})
+                result.add({f"{kind}_qa_correct_N{budget}": float(right.sum())})
     progress(0.5, "single-turn QA measured")
 
-    with result.stage("sessions"):
+    with timed(result, "sessions"):
         rows = load_stream(data_dir, "sessions", seed)
         heard = transcripts(cfg, rows, models["asr"], timer)
         tables = expert_tables(cfg, rows, models["vision_v2"], models["video"], timer, "t")

@@ -6,8 +6,8 @@
   (max-pooled), direction from the token-wise difference last - first; emits ``"video motion: red circle moving left"``;
 - ASR: magnitude spectrum of each 60 ms frame -> MLP -> word; emits the transcript.
 
-The joint baseline (baselines.py) builds its encoders from the same ``vision_encoder``/``video_tokens``/
-``AudioFrameEncoder`` so both sides have encoders of the same shapes.
+The joint baseline (baselines.py) starts from these trained experts' encoders (frozen) and trains only its fusion
+transformer on paired answers.
 """
 
 from __future__ import annotations
@@ -50,6 +50,13 @@ def video_tokens(encoder: CNNEncoder, videos: torch.Tensor) -> torch.Tensor:
     return torch.cat([tokens[:, 0], tokens[:, 1] - tokens[:, 0]], dim=1)
 
 
+def motion_tokens(encoder: CNNEncoder, videos: torch.Tensor) -> torch.Tensor:
+    """(B, 17, D): what the video expert's heads read: the appearance token (the first frame's 16 tokens
+    max-pooled; the sprite covers a few of them), then the 16 last-minus-first difference tokens (what moved)."""
+    tokens = video_tokens(encoder, videos)
+    return torch.cat([tokens[:, :16].amax(dim=1, keepdim=True), tokens[:, 16:]], dim=1)
+
+
 class AudioFrameEncoder(nn.Module):
     """Spectrum of one word frame -> ``width`` features."""
 
@@ -81,9 +88,8 @@ class VideoExpert(nn.Module):
         self.colour = nn.Linear(width, len(COLOURS))
 
     def forward(self, videos: torch.Tensor) -> dict[str, torch.Tensor]:
-        tokens = video_tokens(self.encoder, videos)
-        appearance = tokens[:, :16].amax(dim=1)  # the sprite covers a few of the 16 first-frame tokens
-        return {"colour": self.colour(appearance), "direction": self.direction(tokens[:, 16:].flatten(1))}
+        tokens = motion_tokens(self.encoder, videos)
+        return {"colour": self.colour(tokens[:, 0]), "direction": self.direction(tokens[:, 1:].flatten(1))}
 
 
 class ASRExpert(nn.Module):
@@ -144,8 +150,9 @@ def asr_loss(model: ASRExpert, spectra: torch.Tensor, word_ids: torch.Tensor) ->
 
 
 def fit(model: nn.Module, loss_of_batch: Callable[[torch.Tensor], torch.Tensor], n: int, epochs: int,
-        batch_size: int, lr: float, seed: int) -> list[float]:
-    """Adam over ``epochs`` shuffled passes of ``n`` examples; ``loss_of_batch(indices)``; per-epoch mean loss."""
+        batch_size: int, lr: float, seed: int, after_epoch: Callable[[int], None] | None = None) -> list[float]:
+    """Adam over ``epochs`` shuffled passes of ``n`` examples; ``loss_of_batch(indices)``; per-epoch mean loss.
+    ``after_epoch(e)`` runs after pass e (1-based), e.g. to keep an early snapshot of the same run."""
     generator = torch.Generator().manual_seed(seed)
     optimizer = torch.optim.Adam(model.parameters(), lr=lr)
     model.train()
@@ -160,6 +167,8 @@ def fit(model: nn.Module, loss_of_batch: Callable[[torch.Tensor], torch.Tensor],
             optimizer.step()
             total += float(loss.detach()) * min(batch_size, n - start)
         curve.append(total / n)
+        if after_epoch is not None:
+            after_epoch(len(curve))
     model.eval()
     return curve
 

@@ -2,11 +2,18 @@
 and the jointly trained baseline at every paired-data budget. Nothing is trained for the integration itself.
 
 Checkpoints (safetensors) in ``model_dir``: ``vision_v1``/``vision_v2`` (the weaker and the upgraded vision
-expert of the swap test), ``video``, ``asr``, ``controller/`` (GPT-2 ``save_pretrained``), ``joint_N<budget>``.
+expert of the swap test; v1 is the same run's snapshot after its first epoch), ``video``, ``asr``,
+``controller/`` (GPT-2 ``save_pretrained``), ``joint_N<budget>`` (the fusion transformer over the frozen experts'
+tokens) and ``oracle_N<largest budget>`` (the same transformer on true one-hot scene tokens: the capacity check).
+Every stage records its wall seconds and the seed thread's CPU seconds (``cpu_seconds_<stage>``; each seed
+computes with one torch thread on its own thread, so this is the seed's compute even when seeds overlap).
 """
 
 from __future__ import annotations
 
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import torch
@@ -42,21 +49,65 @@ def word_index() -> dict[str, int]:
     return {w: i for i, w in enumerate(SPEECH_VOCAB)}
 
 
-def joint_file(budget: int) -> str:
-    return f"joint_N{budget}.safetensors"
+def joint_file(budget: int, kind: str = "joint") -> str:
+    return f"{kind}_N{budget}.safetensors"
 
 
-def train_vision(cfg: LlmOrchestrationConfig, rows: list[dict], epochs: int, seed: int
+@contextmanager
+def timed(result: SeedResult, name: str) -> Iterator[None]:
+    """``result.stage`` (wall seconds) plus ``cpu_seconds_<name>``: CPU seconds of the calling thread."""
+    start = time.thread_time()
+    with result.stage(name):
+        yield
+    result.add({f"cpu_seconds_{name}": time.thread_time() - start})
+
+
+def train_vision(cfg: LlmOrchestrationConfig, rows: list[dict], seed: int, snapshot_dir: Path
                  ) -> tuple[torch.nn.Module, list[float]]:
+    """The upgraded vision expert (``vision_epochs``); the weaker v1 is the same run saved after
+    ``vision_epochs_weak`` epochs (same seed, init and batches, so identical to training v1 on its own)."""
     e = cfg.experts
     images = images_of(rows, cfg.world.image_noise)
     labels = [experts.cell_labels(list(r["cells"])) for r in rows]
     shapes = torch.tensor([s for s, _ in labels])
     colours = torch.tensor([c for _, c in labels])
     model = experts.build_expert("vision", e.width, seed)
+
+    def keep_weak(epoch: int) -> None:
+        if epoch == e.vision_epochs_weak:
+            model.eval()
+            save_state_dict(model, snapshot_dir / EXPERT_FILES["vision_v1"])
+            model.train()
+
     curve = experts.fit(model, lambda i: experts.vision_loss(model, images[i], shapes[i], colours[i]),
-                        len(rows), epochs, e.batch_size, e.lr, seed)
+                        len(rows), e.vision_epochs, e.batch_size, e.lr, seed, keep_weak)
     return model, curve
+
+
+def fit_budget_curve(cfg: LlmOrchestrationConfig, tokens: dict[str, torch.Tensor], labels: torch.Tensor,
+                     shapes: baselines.TokenShapes, kind: str, budgets: list[int], seed: int, model_dir: Path,
+                     progress: Progress = no_progress) -> tuple[dict[str, float], dict[str, list[float]]]:
+    """One fusion transformer per budget on the first N pool items, early-stopped on the pool's held-out tail
+    (the items after the largest budget)."""
+    j, top = cfg.joint, max(cfg.joint.budgets)
+    val_tokens, val_labels = baselines.take(tokens, slice(top, None)), labels[top:]
+    metrics: dict[str, float] = {}
+    curves: dict[str, list[float]] = {}
+    for k, budget in enumerate(budgets):
+        model = baselines.build_fusion(shapes, j.width, j.layers, j.heads, len(SPEECH_VOCAB), seed + 10 + k)
+        log = baselines.train_fusion(model, baselines.take(tokens, slice(0, budget)), labels[:budget], val_tokens,
+                                     val_labels, j.batch_size, j.lr, j.check_min_steps, j.patience, j.safety_steps,
+                                     seed + 10 + k)
+        save_state_dict(model, model_dir / joint_file(budget, kind))
+        curves[f"{kind}_N{budget}"], curves[f"{kind}_val_N{budget}"] = log.losses, log.val_losses
+        train_pred = baselines.fusion_predict(model, baselines.take(tokens, slice(0, budget)))
+        metrics |= {f"{kind}_steps_N{budget}": float(log.steps), f"{kind}_best_step_N{budget}": float(log.best_step),
+                    f"{kind}_stopped_early_N{budget}": float(log.stopped_early),
+                    f"{kind}_best_val_loss_N{budget}": min(log.val_losses),
+                    f"{kind}_train_correct_N{budget}": float((train_pred == labels[:budget]).sum()),
+                    f"{kind}_train_trials_N{budget}": float(budget)}
+        progress(0.5, f"{kind} N={budget}: {log.steps} steps, best held-out loss {min(log.val_losses):.3g}")
+    return metrics, curves
 
 
 def train_video(cfg: LlmOrchestrationConfig, rows: list[dict], seed: int) -> tuple[torch.nn.Module, list[float]]:
@@ -87,35 +138,41 @@ def train(cfg: LlmOrchestrationConfig, seed: int, data_dir: Path, model_dir: Pat
         return result  # the paper profile trains nothing: the experts and the controller come from the hub
     model_dir = Path(model_dir)
     curves: dict[str, list[float]] = {}
-    with result.stage("experts"):
+    trained: dict[str, torch.nn.Module] = {}
+    with timed(result, "experts"):
         images = [r for r in load_stream(data_dir, "images", seed) if r["split"] == "train"]
-        for name, epochs in (("vision_v1", cfg.experts.vision_epochs_weak), ("vision_v2", cfg.experts.vision_epochs)):
-            model, curves[name] = train_vision(cfg, images, epochs, seed)
-            save_state_dict(model, model_dir / EXPERT_FILES[name])
+        trained["vision_v2"], curves["vision_v2"] = train_vision(cfg, images, seed, model_dir)
+        curves["vision_v1"] = curves["vision_v2"][:cfg.experts.vision_epochs_weak]
         videos = [r for r in load_stream(data_dir, "videos", seed) if r["split"] == "train"]
-        model, curves["video"] = train_video(cfg, videos, seed)
-        save_state_dict(model, model_dir / EXPERT_FILES["video"])
+        trained["video"], curves["video"] = train_video(cfg, videos, seed)
         utterances = [r for r in load_stream(data_dir, "utterances", seed) if r["split"] == "train"]
-        model, curves["asr"] = train_asr(cfg, utterances, seed)
-        save_state_dict(model, model_dir / EXPERT_FILES["asr"])
+        trained["asr"], curves["asr"] = train_asr(cfg, utterances, seed)
+        for name, model in trained.items():
+            save_state_dict(model, model_dir / EXPERT_FILES[name])
     progress(0.3, "experts trained")
-    with result.stage("controller"):
+    with timed(result, "controller"):
         c = cfg.controller
         controller, curves["controller"] = train_controller(controller_vocab(), c.n_layer, c.n_head, c.n_embd, c.steps,
                                                             c.batch_size, c.lr, seed + 3)
         save_model(controller, model_dir / CONTROLLER_DIR)
     progress(0.45, "controller trained")
-    with result.stage("joint"):
-        j, pool = cfg.joint, load_stream(data_dir, "qa_train", seed)
-        batch = joint_inputs(pool, cfg.world.image_noise, cfg.world.speech_noise, word_index())
+    with timed(result, "joint_tokens"):
+        pool = load_stream(data_dir, "qa_train", seed)
+        inputs = joint_inputs(pool, cfg.world.image_noise, cfg.world.speech_noise, word_index())
         labels = torch.tensor([ANSWERS.index(gold_answer(r)) for r in pool])
-        for k, budget in enumerate(j.budgets):
-            index = torch.arange(budget)
-            model = baselines.build_joint(j.width, j.layers, j.heads, len(SPEECH_VOCAB), seed + 10 + k)
-            steps = baselines.joint_steps(budget, j.epochs, j.batch_size, j.min_steps, j.max_steps)
-            losses = baselines.train_joint(model, baselines.take(batch, index), labels[index], steps, j.batch_size,
-                                           j.lr, seed + 10 + k)
-            curves[f"joint_N{budget}"] = losses
-            save_state_dict(model, model_dir / joint_file(budget))
-            progress(0.45 + 0.55 * (k + 1) / len(j.budgets), f"joint model N={budget}: final loss {losses[-1]:.3g}")
+        tokens = baselines.expert_tokens(inputs, trained["vision_v2"], trained["video"], trained["asr"])
+        oracle = baselines.oracle_tokens(pool, inputs)
+    with timed(result, "joint"):
+        metrics, joint_curves = fit_budget_curve(cfg, tokens, labels, baselines.expert_shapes(cfg.experts.width),
+                                                 "joint", cfg.joint.budgets, seed, model_dir, progress)
+        result.add(metrics)
+        curves |= joint_curves
+    progress(0.8, "joint models trained")
+    with timed(result, "oracle"):
+        # the capacity check at the largest budget only: it asks whether this architecture can count at all
+        metrics, oracle_curves = fit_budget_curve(cfg, oracle, labels, baselines.ORACLE_SHAPES, "oracle",
+                                                  [max(cfg.joint.budgets)], seed + 100, model_dir, progress)
+        result.add(metrics)
+        curves |= oracle_curves
+    progress(1.0, "capacity check trained")
     return result.add(curves=curves)

@@ -9,8 +9,7 @@ import pytest
 import torch
 
 from tasks.common.tiny_lm import build_tiny_gpt2, tiny_gpt2_config
-from tasks.llm_orchestration import claim_metrics, controller, experts, method, orchestrator
-from tasks.llm_orchestration.baselines import joint_steps
+from tasks.llm_orchestration import baselines, claim_metrics, controller, experts, method, orchestrator
 from tasks.llm_orchestration.config import ClockConfig, MemoryConfig
 from tasks.llm_orchestration.method import ANSWER, ASR, EOS, MEM_READ, MEM_WRITE, TTS, VIDEO, VISION, GrammarState
 from tasks.llm_orchestration.train import controller_vocab
@@ -411,10 +410,89 @@ def test_crossing_budget_exact():
     assert claim_metrics.crossing_budget(0.9, {100: 0.5}) == math.inf
 
 
-def test_joint_steps_exact():
-    assert joint_steps(100, 25, 32, 200, 800) == 200
-    assert joint_steps(400, 25, 32, 200, 800) == 313
-    assert joint_steps(1600, 25, 32, 200, 800) == 800
+def test_check_every_exact():
+    assert baselines.check_every(100, 64, 50) == 50
+    assert baselines.check_every(6400, 64, 50) == 100
+    assert baselines.check_every(6401, 64, 50) == 101
+
+
+def test_overhead_knob_at_share_exact():
+    # overhead 130 ms = 25 ms x 4 tokens + 30 ms; total 2000 ms: (30 + 4x) / (1900 + 4x) = 0.1 at x = 160 / 3.6
+    x = claim_metrics.overhead_knob_at_share(0.1, 130.0, 2000.0, 4.0, 25.0)
+    assert x == pytest.approx(160.0 / 3.6)
+    assert (30 + 4 * x) / (1900 + 4 * x) == pytest.approx(0.1)
+    # the knob as configured reproduces the measured share: at x = 25 the formula is an identity
+    assert claim_metrics.overhead_knob_at_share(130.0 / 2000.0, 130.0, 2000.0, 4.0, 25.0) == pytest.approx(25.0)
+
+
+def test_oracle_tokens_are_the_true_scene():
+    rows = [{"cells": ["red circle", "empty", "empty", "blue square"], "direction": "left", "colour": "green"}]
+    inputs = {"has_image": torch.tensor([True]), "has_video": torch.tensor([False]),
+              "spoken": torch.tensor([True]), "word_ids": torch.tensor([[3] * 16]),
+              "question_mask": torch.ones(1, 16, dtype=torch.bool)}
+    out = baselines.oracle_tokens(rows, inputs)
+    shapes, colours = experts.SHAPE_OR_EMPTY, method.COLOURS
+    expected = torch.zeros(4, baselines.ORACLE_CELL_DIM)
+    expected[0, shapes.index("circle")] = expected[0, len(shapes) + colours.index("red")] = 1.0
+    expected[1, 0] = expected[2, 0] = 1.0
+    expected[3, shapes.index("square")] = expected[3, len(shapes) + colours.index("blue")] = 1.0
+    assert torch.equal(out["image_tokens"][0], expected)
+    motion = torch.zeros(baselines.ORACLE_MOTION_DIM)
+    motion[method.DIRECTIONS.index("left")] = motion[len(method.DIRECTIONS) + colours.index("green")] = 1.0
+    assert torch.equal(out["video_tokens"][0, 0], motion)
+    assert not bool(out["spoken"][0])  # the oracle reads the true words, never audio
+
+
+def test_expert_tokens_are_the_frozen_experts_features():
+    torch.manual_seed(0)
+    vision, video = experts.build_expert("vision", 8, 1), experts.build_expert("video", 8, 2)
+    asr = experts.build_expert("asr", 8, 3, vocab_size=5)
+    n = 3
+    inputs = {"images": torch.rand(n, 3, 16, 16), "videos": torch.rand(n, 4, 3, 16, 16),
+              "spectra": torch.rand(n, 16, experts.SPECTRUM_BINS), "has_image": torch.ones(n, dtype=torch.bool),
+              "has_video": torch.ones(n, dtype=torch.bool), "spoken": torch.ones(n, dtype=torch.bool),
+              "word_ids": torch.zeros(n, 16, dtype=torch.long), "question_mask": torch.ones(n, 16, dtype=torch.bool)}
+    out = baselines.expert_tokens(inputs, vision, video, asr, chunk=2)
+    with torch.no_grad():
+        assert torch.allclose(out["image_tokens"], experts.cell_tokens(vision.encoder, inputs["images"]), atol=1e-5)
+        clip = experts.video_tokens(video.encoder, inputs["videos"])
+        assert torch.allclose(out["video_tokens"][:, 0], clip[:, :16].amax(dim=1), atol=1e-5)
+        assert torch.allclose(out["video_tokens"][:, 1:], clip[:, 16:], atol=1e-5)
+        assert torch.allclose(out["audio_tokens"], torch.nn.functional.gelu(asr.frame(inputs["spectra"])), atol=1e-5)
+    assert out["image_tokens"].shape == (n, 4, 8) and out["video_tokens"].shape == (n, 17, 8)
+    inputs["question_mask"][:, 5:] = False  # positions no item uses are dropped
+    assert baselines.expert_tokens(inputs, vision, video, asr)["word_ids"].shape == (n, 5)
+
+
+def _tiny_fit(monkeypatch=None):
+    shapes = baselines.TokenShapes(4, 3, 1, 2, 1)
+    n = 40
+    generator = torch.Generator().manual_seed(0)
+    batch = {"image_tokens": torch.rand(n, 4, 3, generator=generator), "video_tokens": torch.rand(n, 1, 2),
+             "audio_tokens": torch.zeros(n, 16, 1), "has_image": torch.ones(n, dtype=torch.bool),
+             "has_video": torch.zeros(n, dtype=torch.bool), "spoken": torch.zeros(n, dtype=torch.bool),
+             "word_ids": torch.randint(0, 5, (n, 16), generator=generator),
+             "question_mask": torch.ones(n, 16, dtype=torch.bool)}
+    labels = torch.randint(0, 3, (n,), generator=generator)  # random labels: held-out loss soon rises
+    model = baselines.build_fusion(shapes, 8, 1, 2, 5, 0)
+    half = slice(0, 20), slice(20, 40)
+    log = baselines.train_fusion(model, baselines.take(batch, half[0]), labels[half[0]], baselines.take(batch, half[1]),
+                                 labels[half[1]], 8, 1e-2, 5, 2, 400, 0)
+    return model, log, baselines.take(batch, half[1]), labels[half[1]]
+
+
+def test_early_stopping_keeps_the_best_held_out_weights():
+    model, log, val, val_labels = _tiny_fit()
+    assert log.stopped_early and log.steps < 400  # memorising random labels: the held-out loss stops improving
+    assert log.steps == 5 * len(log.val_losses)
+    assert baselines.mean_loss(model, val, val_labels) == pytest.approx(min(log.val_losses), rel=1e-5)
+    assert log.best_step == 5 * (1 + log.val_losses.index(min(log.val_losses)))
+
+
+def test_negative_control_early_stopping_that_keeps_the_last_weights_is_caught(monkeypatch):
+    monkeypatch.setattr(baselines.FusionModel, "load_state_dict", lambda self, state: None)
+    model, log, val, val_labels = _tiny_fit()
+    assert baselines.mean_loss(model, val, val_labels) != pytest.approx(min(log.val_losses), rel=1e-5)
 
 
 def test_gold_programs_are_legal():
