@@ -75,7 +75,7 @@ def test_generator_is_seeded_and_distractor_is_hard():
     assert torch.equal(batch_a.query_cells, batch_b.query_cells)
     for ep in a:
         assert distractor_is_hard(ep)
-        assert 1 <= len(ep.present) <= DATA.max_present and ep.cells.count(data.DISTRACTOR) == 1
+        assert len(ep.present) in range(1, DATA.max_present + 1) and ep.cells.count(data.DISTRACTOR) == 1
         assert len(set(ep.names)) == len(set(ep.places)) == len(set(ep.events)) == DATA.n_context
 
 
