@@ -109,8 +109,8 @@ def test_headline_metrics_count_empirical_verdicts_and_mechanism_apart():
             {"kind": "mechanism", "verdict": "reproduced"}, {"kind": "mechanism", "verdict": "not reproduced"},
             {"kind": "mechanism", "verdict": "report only"}, {"kind": "identity", "verdict": "verified"}]
     assert headline_metrics(rows, 5) == {
-        "empirical_claims": 6, "reproduced": 2, "not_reproduced": 1, "inconclusive": 1, "undecided": 1,
-        "not_testable_at_this_profile": 1, "mechanism_reproduced": 1, "mechanism_checks": 2, "n_seeds": 5}
+        "empirical": 6, "reproduced": 2, "not_reproduced": 1, "inconclusive": 1, "undecided": 1,
+        "not_testable": 1, "mech_reproduced": 1, "mechanism": 2, "seeds": 5}
 
 
 def test_committed_headlines_match_the_committed_claims():
