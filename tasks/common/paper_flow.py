@@ -32,6 +32,7 @@ from prefect import get_run_logger, task
 from prefect.artifacts import create_progress_artifact, update_progress_artifact
 from prefect.cache_policies import INPUTS, TASK_SOURCE
 from prefect.futures import as_completed
+from prefect.utilities.annotations import quote
 
 from tasks.common import interrupts
 from tasks.common.codehash import code_version
@@ -321,11 +322,13 @@ def evaluate_all_seeds(spec: RunSpec, paths: PaperPaths, device: str, trained: l
 
 def publish(spec: RunSpec, paths: PaperPaths, device: str, title: str, results: list[dict],
             parent_id: str) -> list[dict]:
+    # quote(): Prefect would otherwise walk every element of the results (curves of thousands of points)
+    # looking for futures; that walk took longer than the logging itself (docs/performance.md).
     for result in results:
-        log_seed_run(spec, parent_id, result, device, [str(evaluation_path(paths.reports, result["seed"]))],
+        log_seed_run(spec, parent_id, quote(result), device, [str(evaluation_path(paths.reports, result["seed"]))],
                      seed_datasets(paths.data, result["seed"]))
-    made = make_figures(spec.slug, spec.config, results, str(paths.figures), str(paths.plots))
-    return publish_claims(spec, parent_id, results, str(repo_root() / "tasks" / spec.slug / "claims.yaml"),
+    made = make_figures(spec.slug, spec.config, quote(results), str(paths.figures), str(paths.plots))
+    return publish_claims(spec, parent_id, quote(results), str(repo_root() / "tasks" / spec.slug / "claims.yaml"),
                           str(paths.reports), title, made)
 
 
@@ -367,7 +370,7 @@ def run_paper(slug: str, profile: str | None, seeds: Sequence[int] | None, phase
     trained = trained or read_train_records(spec, paths)
     with parent_run(spec, device) as parent_id:
         evaluated = evaluate_all_seeds(spec, paths, device, trained)
-        results = derive_claim_metrics(slug, spec.config, trained, evaluated)
+        results = derive_claim_metrics(slug, spec.config, quote(trained), quote(evaluated))
         rows = publish(spec, paths, device, paper.title, results, parent_id)
     return {"phase": phase, "parent_run_id": parent_id, "verdicts": {r["id"]: r["verdict"] for r in rows}}
 

@@ -114,8 +114,8 @@ def log_seed_run(spec: RunSpec, parent_run_id: str, result: Mapping[str, Any], d
         tracking.log_metrics(run_id, result["metrics"])
         # Curves go under their own prefix: a curve named like a final metric would otherwise become
         # that metric's latest value in MLflow.
-        for name, values in result.get("curves", {}).items():
-            tracking.log_curve(run_id, f"{CURVE_PREFIX}{name}", values)
+        tracking.log_curves(run_id, {f"{CURVE_PREFIX}{name}": values
+                                     for name, values in result.get("curves", {}).items()})
         for path in artifacts:
             tracking.log_artifact(run_id, path)
         for path in datasets:

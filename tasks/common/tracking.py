@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import os
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -246,14 +246,19 @@ def log_metrics(run_id: str, metrics: Mapping[str, float], step: int = 0) -> Non
         _retry(_client().log_batch, run_id, metrics=items[start:start + 1000])
 
 
-def log_curve(run_id: str, key: str, values: list[float]) -> None:
-    """A per-step curve (training loss) as one metric with steps."""
+MLFLOW_BATCH_METRICS = 1000  # MLflow's limit of metrics per log_batch request
+
+
+def log_curves(run_id: str, curves: Mapping[str, Sequence[float]]) -> None:
+    """Per-step curves as metrics with steps, in as few ``log_batch`` calls as MLflow allows (1,000
+    metrics each): each call is one transaction of the tracking store, and one call per curve made
+    logging a seed's curves cost seconds on SQLite (docs/performance.md)."""
     from mlflow.entities import Metric
 
     now = int(time.time() * 1000)
-    items = [Metric(key, float(v), now, step) for step, v in enumerate(values)]
-    for start in range(0, len(items), 1000):
-        _retry(_client().log_batch, run_id, metrics=items[start:start + 1000])
+    items = [Metric(key, float(v), now, step) for key, values in curves.items() for step, v in enumerate(values)]
+    for start in range(0, len(items), MLFLOW_BATCH_METRICS):
+        _retry(_client().log_batch, run_id, metrics=items[start:start + MLFLOW_BATCH_METRICS])
 
 
 def set_tags(run_id: str, tags: Mapping[str, str]) -> None:
