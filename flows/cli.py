@@ -95,8 +95,9 @@ def _interrupt(signum: int, _frame: object) -> None:
 def cmd_ui(args: argparse.Namespace) -> int:
     """Both UIs on loopback. A taken MLflow port is an error before anything starts. Ctrl-C (or SIGTERM), at
     any moment, stops the MLflow server and the Prefect server this command started (one that was already
-    running is left running), waits until their ports are free, and exits 130 without a traceback; so does
-    the MLflow server's own exit (exit status its own)."""
+    running is left running), waits until their ports are free, and exits 130 without a traceback. If the
+    MLflow server exits by itself, the Prefect server this command started is stopped too (exit status
+    MLflow's)."""
     from flows import servers
 
     if not servers.port_free(args.port):
@@ -136,13 +137,14 @@ def cmd_ui(args: argparse.Namespace) -> int:
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
         stopped = []
         if mlflow is not None:
-            servers.stop_group(mlflow.pid, args.port, wait_s=15.0)
-            stopped.append("the MLflow UI")
+            if mlflow.poll() is None:
+                stopped.append("the MLflow UI")
+            servers.stop_group(mlflow.pid, args.port, wait_s=15.0)  # its workers too, even if it has exited
         started_prefect = servers.pid_file_entry() not in (None, pid_entry_before)
         if not prefect_was_running and started_prefect and servers.stop_prefect():
             stopped.append("the Prefect server")
-        if stopped and status == 130:
-            print("\nstopped " + " and ".join(stopped), file=sys.stderr)
+        if stopped:
+            print(("\n" if status == 130 else "") + "stopped " + " and ".join(stopped), file=sys.stderr)
         for sig, handler in previous.items():
             signal.signal(sig, handler)
 
