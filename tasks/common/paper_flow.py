@@ -230,6 +230,20 @@ def _progress(slug: str, seed: int, what: str) -> SeedProgress:
                         bar=bars.add(progress_label(slug, seed, what)))
 
 
+def seed_bars() -> Any:
+    """``progress_bars.on_terminal()`` where the seeds' tasks run in this process (the thread runner, which
+    shares the terminal's bars); a no-op context under Dask, whose workers log their progress lines."""
+    import contextlib
+
+    from prefect.context import FlowRunContext
+    from prefect.task_runners import ThreadPoolTaskRunner
+
+    context = FlowRunContext.get()
+    if context is not None and not isinstance(context.task_runner, ThreadPoolTaskRunner):
+        return contextlib.nullcontext()
+    return progress_bars.on_terminal()
+
+
 @task(name="prepare-data")
 def prepare_data(slug: str, spec: RunSpec, data_dir: str) -> list[str]:
     return [str(p) for p in load_paper(slug).write_data(spec.config, spec.seeds, Path(data_dir))]
@@ -311,7 +325,7 @@ def train_all_seeds(spec: RunSpec, paths: PaperPaths, device: str) -> list[dict]
             get_run_logger().warning("%s seed %d: training again: %s", spec.slug, seed, problem)
     records = []
     # A bar per seed in a terminal (the seeds' tasks find them through progress_bars.active()).
-    with progress_bars.on_terminal():
+    with seed_bars():
         futures = [train_seed.with_options(refresh_cache=problems[s] is not None)
                    .submit(spec.slug, spec.config, s, str(paths.data), str(paths.models), device, code,
                            spec.params_hash)
@@ -339,7 +353,7 @@ def read_train_records(spec: RunSpec, paths: PaperPaths) -> list[dict]:
 def evaluate_all_seeds(spec: RunSpec, paths: PaperPaths, device: str, trained: list[dict]) -> list[dict]:
     code = code_version([step_module_name(spec.slug, "evaluate")])
     futures, evaluated = [], {}
-    with progress_bars.on_terminal():
+    with seed_bars():
         for record in trained:
             seed = record["seed"]
             missing = not evaluation_path(paths.reports, seed).exists()

@@ -167,3 +167,23 @@ def test_a_flow_task_reports_to_the_bar_and_marks_its_log_lines(monkeypatch, log
     assert "[arm_ebm] evaluate seed 0" in CONTROL.sub("", screen.getvalue())
     assert "100% evaluated (" not in screen.getvalue()
 
+
+
+def test_bars_only_where_the_seeds_run_in_this_process(monkeypatch):
+    """Under the Dask runner the seeds run in worker processes, which cannot draw on this terminal's bars."""
+    import contextlib
+    from types import SimpleNamespace
+
+    from prefect.context import FlowRunContext
+    from prefect.task_runners import ThreadPoolTaskRunner
+
+    from tasks.common import paper_flow
+
+    class DaskLike:
+        pass
+
+    monkeypatch.setattr(FlowRunContext, "get", classmethod(lambda cls: SimpleNamespace(task_runner=DaskLike())))
+    assert isinstance(paper_flow.seed_bars(), contextlib.nullcontext)
+    monkeypatch.setattr(FlowRunContext, "get",
+                        classmethod(lambda cls: SimpleNamespace(task_runner=ThreadPoolTaskRunner(max_workers=2))))
+    assert not isinstance(paper_flow.seed_bars(), contextlib.nullcontext)
