@@ -6,12 +6,14 @@ The signal goes to the command's whole process group, as a terminal's Ctrl-C doe
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import socket
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -54,6 +56,22 @@ def read_pid_entry(root) -> tuple[int, int] | None:
     return int(pid), int(port)
 
 
+def stop_leftovers(*ports: int) -> None:
+    """After a failure: kill every process group whose command line names one of the ports (the servers'
+    ``--port N``), so that a failing run of this test leaves no server behind."""
+    wanted = {f"--port\0{port}".encode() for port in ports} | {f"--port={port}".encode() for port in ports}
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            cmdline = (proc / "cmdline").read_bytes()
+        except OSError:
+            continue
+        if any(w in cmdline for w in wanted):
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(os.getpgid(int(proc.name)), signal.SIGKILL)
+
+
 @pytest.mark.parametrize("moment", ["serving", "starting"])
 def test_ctrl_c_stops_the_servers_it_started_without_a_traceback(tmp_path, moment):
     root = make_output_root(tmp_path / "p")
@@ -61,9 +79,11 @@ def test_ctrl_c_stops_the_servers_it_started_without_a_traceback(tmp_path, momen
     env = project_env(root, REPRO_PREFECT_PORT=str(prefect_port), PREFECT_HOME=str(tmp_path / "prefect-home"),
                       MLFLOW_TRACKING_URI=f"sqlite:///{tmp_path / 'mlflow.db'}")
     env.pop("PREFECT_API_URL", None)  # the session's server is not this command's
-    process = subprocess.Popen([sys.executable, "-m", "flows.cli", "ui", "--port", str(mlflow_port)], cwd=root,
-                               env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                               start_new_session=True)
+    # Files, not pipes: a server left behind holding a pipe must not hang the test.
+    out_path, err_path = tmp_path / "ui.out", tmp_path / "ui.err"
+    with open(out_path, "w") as out, open(err_path, "w") as err:
+        process = subprocess.Popen([sys.executable, "-m", "flows.cli", "ui", "--port", str(mlflow_port)], cwd=root,
+                                   env=env, stdout=out, stderr=err, start_new_session=True)
     try:
         deadline = time.monotonic() + 300
 
@@ -73,26 +93,28 @@ def test_ctrl_c_stops_the_servers_it_started_without_a_traceback(tmp_path, momen
             return servers.healthy(f"http://127.0.0.1:{mlflow_port}/health") and servers.prefect_running(prefect_port)
 
         while not ready():
-            assert process.poll() is None and time.monotonic() < deadline, process.communicate(timeout=30)
+            assert process.poll() is None and time.monotonic() < deadline, err_path.read_text()[-3000:]
             time.sleep(0.2 if moment == "starting" else 1.0)
         prefect_pid, recorded_port = read_pid_entry(root)
         assert recorded_port == prefect_port
         if moment == "starting":
             assert not servers.prefect_running(prefect_port), "the server answered before the signal: too late"
         sent = time.monotonic()
-        os.killpg(process.pid, signal.SIGINT)
-        stdout, stderr = process.communicate(timeout=STOP_WITHIN_S + 30)
+        os.killpg(process.pid, signal.SIGINT)  # a terminal's Ctrl-C: the foreground process group
+        process.wait(timeout=STOP_WITHIN_S + 30)
         took = time.monotonic() - sent
+        stderr = err_path.read_text()
+        assert process.returncode == 130, (out_path.read_text(), stderr)
+        assert took < STOP_WITHIN_S, f"{took:.1f} s from Ctrl-C to exit"
+        assert "Traceback" not in stderr and "KeyboardInterrupt" not in stderr, stderr
+        expected = "the MLflow UI and the Prefect server" if moment == "serving" else "the Prefect server"
+        assert stderr.rstrip().endswith(f"stopped {expected}"), stderr
+        # Both ports are free once the command has returned, and nothing of the Prefect server runs on.
+        assert not listening(prefect_port) and not listening(mlflow_port)
+        assert bindable(prefect_port) and bindable(mlflow_port)
+        assert not group_alive(prefect_pid)
+        assert read_pid_entry(root) is None
     finally:
         if process.poll() is None:
             os.killpg(process.pid, signal.SIGKILL)
-    assert process.returncode == 130, (stdout, stderr)
-    assert took < STOP_WITHIN_S, f"{took:.1f} s from Ctrl-C to exit"
-    assert "Traceback" not in stderr and "KeyboardInterrupt" not in stderr, stderr
-    expected = "the MLflow UI and the Prefect server" if moment == "serving" else "the Prefect server"
-    assert stderr.rstrip().endswith(f"stopped {expected}"), stderr
-    # Both ports are free once the command has returned, and nothing of the Prefect server runs on.
-    assert not listening(prefect_port) and not listening(mlflow_port)
-    assert bindable(prefect_port) and bindable(mlflow_port)
-    assert not group_alive(prefect_pid)
-    assert read_pid_entry(root) is None
+        stop_leftovers(prefect_port, mlflow_port)
