@@ -59,7 +59,8 @@ def read_pid_entry(root) -> tuple[int, int] | None:
 def stop_leftovers(*ports: int) -> None:
     """After a failure: kill every process group whose command line names one of the ports (the servers'
     ``--port N``), so that a failing run of this test leaves no server behind."""
-    wanted = {f"--port\0{port}".encode() for port in ports} | {f"--port={port}".encode() for port in ports}
+    # Arguments end with a NUL in /proc/<pid>/cmdline: port 500 must not match "--port 5000".
+    wanted = {f"--port\0{port}\0".encode() for port in ports} | {f"--port={port}\0".encode() for port in ports}
     for proc in Path("/proc").iterdir():
         if not proc.name.isdigit():
             continue
