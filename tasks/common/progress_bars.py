@@ -21,9 +21,14 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from rich.console import Console
+from rich.default_styles import DEFAULT_STYLES
 from rich.progress import BarColumn, Progress, TaskID, TaskProgressColumn, TextColumn, TimeElapsedColumn
 from rich.table import Column
+from rich.theme import Theme
 
+# rich's own styles of progress bars and columns ("bar.back", "progress.percentage", ...).
+PROGRESS_THEME = Theme({name: style for name, style in DEFAULT_STYLES.items()
+                        if name.startswith(("bar.", "progress."))}, inherit=False)
 # ``extra`` of a progress log record that a terminal bar already shows: the console handler drops it.
 SHOWN_AS_BAR = "repro_shown_as_bar"
 PROGRESS_ENV = "REPRO_PROGRESS"
@@ -49,11 +54,17 @@ class SeedBars:
                                  refresh_per_second=4, **kwargs)
 
     def start(self) -> None:
+        # Prefect's console has a theme of its own without rich's defaults (Theme(inherit=False)): the bar and
+        # progress styles are lent to it while the bars draw, and nothing else of its theme changes.
+        self.progress.console.push_theme(PROGRESS_THEME)
         self.progress.start()
 
     def stop(self) -> None:
         """Draw the bars' final state and give the terminal back (cursor shown again)."""
-        self.progress.stop()
+        try:
+            self.progress.stop()
+        finally:
+            self.progress.console.pop_theme()
 
     def refresh(self) -> None:
         self.progress.refresh()

@@ -11,6 +11,7 @@ import re
 import pytest
 from prefect.logging.handlers import PrefectConsoleHandler
 from rich.console import Console
+from rich.theme import Theme
 
 from tasks.common import progress_bars
 from tasks.common.paper_flow import SeedProgress, progress_label
@@ -52,8 +53,10 @@ def console_handler(screen: io.StringIO, terminal: bool, term: str = "xterm") ->
     """Prefect's console handler on ``screen``, its console as Prefect builds it (no markup: PREFECT_LOGGING_MARKUP
     is off by default), 120 columns wide and without colours so that the frames compare as text."""
     handler = PrefectConsoleHandler(stream=screen)
+    # Prefect's theme holds its log styles only (Theme(..., inherit=False)): none of rich's progress styles.
     handler.console = Console(file=screen, force_terminal=terminal, width=120, color_system=None, markup=False,
-                              legacy_windows=False, _environ={"TERM": term})
+                              legacy_windows=False, _environ={"TERM": term},
+                              theme=Theme({"log.info_level": "cyan"}, inherit=False))
     return handler
 
 
