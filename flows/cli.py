@@ -122,6 +122,8 @@ def cmd_ui(args: argparse.Namespace) -> int:
         print(f"Prefect UI: http://127.0.0.1:{servers.PREFECT_PORT}  (API {prefect_url})")
         print(f"MLflow UI:  http://127.0.0.1:{args.port}  (store {os.environ['MLFLOW_TRACKING_URI']}); "
               "Ctrl-C stops both", flush=True)
+        print('  MLflow 3 opens an experiment on its GenAI overview until "Model training" is chosen (top left;\n'
+              "  the browser remembers it). Each experiment's runs table:")
         for name, url in sorted(tracking.experiments_runs_urls().items()):
             print(f"  {name:<24}{url}")
         sys.stdout.flush()

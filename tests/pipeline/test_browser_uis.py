@@ -137,8 +137,15 @@ def test_mlflow_ui_shows_experiment_runs_and_claims(uis):
     browser.open(f"{ui}/#/experiments", ["arm_ebm"], shots / "mlflow-experiments.png")
     assert_offline_clean(browser, "MLflow experiments page")
 
-    # A click on the experiment, as a user arrives, lands on its runs table (issue 22: on MLflow 3's GenAI
-    # "Traces" overview before the experiments were tagged mlflow.experimentKind=custom_model_development).
+    # A click on the experiment, as a user arrives. MLflow 3.17 lands by its UI's workflow toggle (GenAI by
+    # default, kept in the browser's localStorage), not by the experiment's mlflow.experimentKind tag: on the
+    # GenAI overview first (hence `repro ui`'s hint), on the runs table once "Model training" is chosen.
+    browser.click_text("arm_ebm")
+    browser.wait_for(["Overview", "Traces"], shots / "mlflow-experiment-clicked-genai-default.png", timeout_s=60)
+    landed = browser.evaluate("location.hash")
+    assert "workflowType=genai" in landed, f"MLflow's default landing changed ({landed}): revisit repro ui's hint"
+    browser.open(f"{ui}/#/experiments", ["arm_ebm", "Model training"], shots / "mlflow-experiments.png")
+    browser.click_text("Model training")
     browser.click_text("arm_ebm")
     browser.wait_for(["arm_ebm-smoke", f"{1 + len(SEEDS)} matching runs"], shots / "mlflow-experiment-clicked.png",
                      timeout_s=60)
