@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 import subprocess
 import sys
 
@@ -87,37 +88,67 @@ def cmd_server(args: argparse.Namespace) -> int:
     return 0
 
 
+def _interrupt(signum: int, _frame: object) -> None:
+    raise KeyboardInterrupt(signal.Signals(signum).name)
+
+
 def cmd_ui(args: argparse.Namespace) -> int:
-    """Both UIs on loopback. A taken MLflow port is an error before anything starts; Ctrl-C stops the MLflow
-    server and the Prefect server this command started (one that was already running is left running)."""
+    """Both UIs on loopback. A taken MLflow port is an error before anything starts. Ctrl-C (or SIGTERM), at
+    any moment, stops the MLflow server and the Prefect server this command started (one that was already
+    running is left running), waits until their ports are free, and exits 130 without a traceback. If the
+    MLflow server exits by itself, the Prefect server this command started is stopped too (exit status
+    MLflow's)."""
     from flows import servers
-    from tasks.common import tracking
 
     if not servers.port_free(args.port):
         print(f"error: --port {args.port}: the port is in use (another MLflow UI?); pick another, e.g. "
               f"repro ui --port {args.port + 1}", file=sys.stderr)
         return 2
     prefect_was_running = servers.own_server_port() == servers.PREFECT_PORT and servers.prefect_running()
+    # What .prefect/server.pid said before: a different entry afterwards is the server this command started.
+    pid_entry_before = servers.pid_file_entry()
+    mlflow: subprocess.Popen | None = None
+    status = 130
+    previous = {sig: signal.signal(sig, _interrupt) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
-        prefect_url = servers.start_prefect()
-    except servers.ServerConflict as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
-    os.environ["REPRO_MLFLOW_PORT"] = str(args.port)
-    print(f"Prefect UI: http://127.0.0.1:{servers.PREFECT_PORT}  (API {prefect_url})")
-    print(f"MLflow UI:  http://127.0.0.1:{args.port}  (store {os.environ['MLFLOW_TRACKING_URI']}); Ctrl-C stops it")
-    for name, url in sorted(tracking.experiments_runs_urls().items()):
-        print(f"  {name:<24}{url}")
-    process = subprocess.Popen(servers.mlflow_ui_command(args.port), cwd=repo_root(), env=servers.mlflow_server_env())
-    try:
-        return process.wait()
+        try:
+            prefect_url = servers.start_prefect()
+        except servers.ServerConflict as err:
+            print(f"error: {err}", file=sys.stderr)
+            return 2
+        from tasks.common import tracking
+
+        os.environ["REPRO_MLFLOW_PORT"] = str(args.port)
+        print(f"Prefect UI: http://127.0.0.1:{servers.PREFECT_PORT}  (API {prefect_url})")
+        print(f"MLflow UI:  http://127.0.0.1:{args.port}  (store {os.environ['MLFLOW_TRACKING_URI']}); "
+              "Ctrl-C stops both", flush=True)
+        print('  MLflow 3 opens an experiment on its GenAI overview until "Model training" is chosen (top left;\n'
+              "  the browser remembers it). Each experiment's runs table:")
+        for name, url in sorted(tracking.experiments_runs_urls().items()):
+            print(f"  {name:<24}{url}")
+        sys.stdout.flush()
+        mlflow = servers.start_mlflow_ui(args.port)
+        status = mlflow.wait()
+        print(f"the MLflow UI exited with status {status}", file=sys.stderr)
+        return status
     except KeyboardInterrupt:
-        process.terminate()
-        process.wait(timeout=30)
-        if not prefect_was_running:
-            servers.stop_prefect()
-        print("\nstopped the MLflow UI" + ("" if prefect_was_running else " and the Prefect server"), file=sys.stderr)
         return 130
+    finally:
+        # A second Ctrl-C must not cut the shutdown short (and leave a server running).
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        stopped = []
+        if mlflow is not None:
+            if mlflow.poll() is None:
+                stopped.append("the MLflow UI")
+            servers.stop_group(mlflow.pid, args.port, wait_s=15.0)  # its workers too, even if it has exited
+        started_prefect = servers.pid_file_entry() not in (None, pid_entry_before)
+        if not prefect_was_running and started_prefect and servers.stop_prefect():
+            stopped.append("the Prefect server")
+        if stopped:
+            print(("\n" if status == 130 else "") + "stopped " + " and ".join(stopped), file=sys.stderr)
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
 
 
 def cmd_serve(args: argparse.Namespace) -> int:

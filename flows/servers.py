@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -36,10 +38,12 @@ def healthy(url: str, timeout: float = 2.0) -> bool:
 
 
 def port_free(port: int, host: str = "127.0.0.1") -> bool:
-    """Whether a server could listen on ``host:port`` now."""
+    """Whether a server could listen on ``host:port`` now. With SO_REUSEADDR, as uvicorn binds: connections of a
+    server stopped a moment ago (TIME_WAIT) do not keep the port, a listening socket does."""
     import socket
 
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             probe.bind((host, port))
         except OSError:
@@ -67,6 +71,14 @@ class ServerConflict(RuntimeError):
 
 def _pid_file() -> Path:
     return repo_root() / ".prefect" / "server.pid"
+
+
+def pid_file_entry() -> str | None:
+    """``.prefect/server.pid`` as written ("pid port"), or None when there is none."""
+    try:
+        return _pid_file().read_text().strip()
+    except OSError:
+        return None
 
 
 def own_server_port() -> int | None:
@@ -112,17 +124,55 @@ def start_prefect(port: int = PREFECT_PORT, wait_s: float = 180.0) -> str:
     raise TimeoutError(f"prefect server did not answer at {url} within {wait_s:.0f} s")
 
 
-def stop_prefect() -> bool:
-    """Stop the server this checkout started (only that one)."""
+def stop_prefect(wait_s: float = 20.0) -> bool:
+    """Stop the server this checkout started (only that one) and wait until its port is free (SIGKILL after
+    ``wait_s`` seconds), so that a command run next can start one on the same port."""
     pid_file = _pid_file()
     if not pid_file.exists():
         return False
-    pid = int(pid_file.read_text().split()[0])
-    try:
-        os.killpg(pid, 15)
-    except ProcessLookupError:
-        pass
+    pid_text, _, port_text = pid_file.read_text().strip().partition(" ")
+    port = int(port_text) if port_text.isdigit() else PREFECT_PORT
+    stop_group(int(pid_text), port, wait_s)
     pid_file.unlink()
+    return True
+
+
+def group_alive(pgid: int) -> bool:
+    """Whether a process of group ``pgid`` is still running. Its leader, when it is this process's child, is
+    reaped first (else it would stay a zombie of the group until this process exits)."""
+    with contextlib.suppress(ChildProcessError):
+        os.waitpid(pgid, os.WNOHANG)
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def stop_group(pgid: int, port: int | None = None, wait_s: float = 20.0) -> None:
+    """Stop a server started with ``start_new_session`` (group ``pgid``, its workers included): SIGTERM, then
+    wait until every process of the group has exited and ``port`` is free; SIGKILL what is left after
+    ``wait_s`` seconds. Waiting for the whole group, not only the port, lets a server finish its shutdown
+    (Prefect closes its database after it stops listening)."""
+    try:
+        os.killpg(pgid, signal.SIGTERM)
+    except ProcessLookupError:
+        return
+    if not _wait_down(pgid, port, wait_s):
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(pgid, signal.SIGKILL)
+        _wait_down(pgid, port, 5.0)
+
+
+def _wait_down(pgid: int, port: int | None, wait_s: float) -> bool:
+    """Wait until no process of group ``pgid`` runs and ``port`` is free; whether that happened in time."""
+    deadline = time.monotonic() + wait_s
+    while group_alive(pgid) or (port is not None and not port_free(port)):
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.1)
     return True
 
 
@@ -132,6 +182,13 @@ def mlflow_server_env() -> dict[str, str]:
     env = dict(os.environ)
     env.setdefault("MLFLOW_SERVER_ENABLE_JOB_EXECUTION", "false")
     return env
+
+
+def start_mlflow_ui(port: int = MLFLOW_PORT) -> subprocess.Popen:
+    """``mlflow server`` (the UI) in a process group of its own, in the foreground's output: a terminal's Ctrl-C
+    reaches ``repro ui`` only, which stops the whole group itself (``mlflow server`` runs its uvicorn workers as
+    child processes, which a signal to the ``mlflow`` process alone would leave holding the port)."""
+    return subprocess.Popen(mlflow_ui_command(port), cwd=repo_root(), env=mlflow_server_env(), start_new_session=True)
 
 
 def mlflow_ui_command(port: int = MLFLOW_PORT, backend_store_uri: str | None = None,

@@ -81,6 +81,9 @@ def _close_quietly(reason: str) -> None:
 def stop_now(signum: int, _frame: object = None) -> None:
     """The signal handler: close the records (bounded), then exit with 128 + signum (130 for Ctrl-C)."""
     name = signal.Signals(signum).name
+    from tasks.common import progress_bars
+
+    progress_bars.stop_active()  # live bars hide the cursor: give the terminal back before the line below
     print(f"\n{name}: stopping; finished seeds are kept and a rerun resumes from them", file=sys.stderr, flush=True)
     closer = threading.Thread(target=_close_quietly, args=(f"stopped by {name}",), daemon=True)
     closer.start()

@@ -34,7 +34,7 @@ from prefect.cache_policies import INPUTS, TASK_SOURCE
 from prefect.futures import as_completed
 from prefect.utilities.annotations import quote
 
-from tasks.common import interrupts
+from tasks.common import interrupts, progress_bars
 from tasks.common.codehash import code_version
 from tasks.common.contract import Paper, load_paper, step_module_name
 from tasks.common.devices import pick_device
@@ -149,24 +149,34 @@ def seed_datasets(data_dir: Path, seed: int) -> list[str]:
     return [str(p) for p in files if p.name.endswith(f"seed{seed}.parquet") or not re.search(r"seed\d+", p.name)]
 
 
+def progress_label(slug: str, seed: int, what: str) -> str:
+    """``[arm_ebm] train seed 3``: the head of a seed's progress lines and the label of its terminal bar."""
+    return f"[{slug}] {what} seed {seed}"
+
+
 class SeedProgress:
     """A seed's progress, as the training and evaluation steps report it (``progress(fraction, message)``):
     a Prefect progress artifact (the UI's bar) and a line in the flow run's log (the UI and the terminal)
     at each tenth of the way (no closer than ``min_gap_s``), every ``every_s`` seconds of a slow tenth, and at
     the end, each with the
     elapsed time and an ETA extrapolated from it. Throttled, because a step that reports every training step
-    would otherwise send thousands of log lines and artifact updates to the Prefect API."""
+    would otherwise send thousands of log lines and artifact updates to the Prefect API.
+
+    ``bar`` (``progress_bars.SeedBars.add``), when the log goes to a terminal: a live bar that follows every
+    report (at most every ``bar_gap_s`` seconds or whole percent) with the same message and ETA."""
 
     def __init__(self, slug: str, seed: int, what: str, log: Any, set_percent: Any, every_s: float = 30.0,
-                 min_gap_s: float = 2.0, clock: Any = None):
+                 min_gap_s: float = 2.0, clock: Any = None, bar: Any = None, bar_gap_s: float = 0.2):
         import time
 
-        self.label = f"[{slug}] {what} seed {seed}"
+        self.label = progress_label(slug, seed, what)
         self.seed_prefix = re.compile(rf"^seed {seed}:\s*")
         self.log, self.set_percent, self.every_s, self.min_gap_s = log, set_percent, every_s, min_gap_s
+        self.bar, self.bar_gap_s = bar, bar_gap_s
         self.clock = clock or time.monotonic
         self.started = self.clock()
         self.last_time, self.last_tenth, self.last_percent = self.started, -1, -1
+        self.last_bar_time, self.last_bar_percent = None, -1
 
     def eta(self, fraction: float, elapsed: float) -> str:
         if fraction <= 0.0:
@@ -182,6 +192,8 @@ class SeedProgress:
             self.set_percent(100.0 * fraction)
             self.last_percent = percent
         now, tenth = self.clock(), int(10 * fraction)
+        if self.bar is not None:
+            self._move_bar(fraction, percent, now, message)
         since = now - self.last_time
         # A new tenth is logged unless the last line is under min_gap_s old (a seconds-long smoke step would
         # otherwise print ten lines at once); the end is always logged.
@@ -190,15 +202,47 @@ class SeedProgress:
             return
         self.last_time, self.last_tenth = now, tenth
         elapsed = now - self.started
+        self.log(f"{self.label} {percent:3d}% {self.text_of(message)} ({elapsed:.0f} s, {self.eta(fraction, elapsed)})")
+
+    def text_of(self, message: str) -> str:
         # Steps often start their message with "seed N:"; the label already says which seed.
-        text = self.seed_prefix.sub("", message)
-        self.log(f"{self.label} {percent:3d}% {text} ({elapsed:.0f} s, {self.eta(fraction, elapsed)})")
+        return self.seed_prefix.sub("", message)
+
+    def _move_bar(self, fraction: float, percent: int, now: float, message: str) -> None:
+        """Redraw the bar on a new percent, every ``bar_gap_s`` seconds and at the end (a step reporting every
+        few milliseconds would otherwise spend its time formatting messages)."""
+        if (percent == self.last_bar_percent and fraction < 1.0 and self.last_bar_time is not None
+                and now - self.last_bar_time < self.bar_gap_s):
+            return
+        self.last_bar_time, self.last_bar_percent = now, percent
+        self.bar(fraction, self.eta(fraction, now - self.started), self.text_of(message))
 
 
 def _progress(slug: str, seed: int, what: str) -> SeedProgress:
+    """A seed's progress reporter: Prefect artifact and log lines, and a terminal bar while ``progress_bars``
+    draws (the log lines then skip the terminal, which shows the bar, and still reach the Prefect UI)."""
     artifact = create_progress_artifact(0.0, description=f"{slug}: {what} seed {seed}")
     logger = get_run_logger()
-    return SeedProgress(slug, seed, what, logger.info, lambda percent: update_progress_artifact(artifact, percent))
+    bars = progress_bars.active()
+    if bars is None:
+        return SeedProgress(slug, seed, what, logger.info, lambda percent: update_progress_artifact(artifact, percent))
+    return SeedProgress(slug, seed, what, lambda line: logger.info(line, extra={progress_bars.SHOWN_AS_BAR: True}),
+                        lambda percent: update_progress_artifact(artifact, percent),
+                        bar=bars.add(progress_label(slug, seed, what)))
+
+
+def seed_bars() -> Any:
+    """``progress_bars.on_terminal()`` where the seeds' tasks run in this process (the thread runner, which
+    shares the terminal's bars); a no-op context under Dask, whose workers log their progress lines."""
+    import contextlib
+
+    from prefect.context import FlowRunContext
+    from prefect.task_runners import ThreadPoolTaskRunner
+
+    context = FlowRunContext.get()
+    if context is not None and not isinstance(context.task_runner, ThreadPoolTaskRunner):
+        return contextlib.nullcontext()
+    return progress_bars.on_terminal()
 
 
 @task(name="prepare-data")
@@ -280,16 +324,19 @@ def train_all_seeds(spec: RunSpec, paths: PaperPaths, device: str) -> list[dict]
     for seed, problem in problems.items():
         if problem is not None and problem != "not trained yet":
             get_run_logger().warning("%s seed %d: training again: %s", spec.slug, seed, problem)
-    futures = [train_seed.with_options(refresh_cache=problems[s] is not None)
-               .submit(spec.slug, spec.config, s, str(paths.data), str(paths.models), device, code, spec.params_hash)
-               for s in spec.seeds]
     records = []
-    for future in interrupts.interruptible(as_completed(futures)):
-        record = future.result()
-        marker = train_marker(paths.models, record["seed"])
-        if not train_record_valid(paths.models, record["seed"], code, spec.params_hash):
-            write_json(marker, record)
-        records.append(record)
+    # A bar per seed in a terminal (the seeds' tasks find them through progress_bars.active()).
+    with seed_bars():
+        futures = [train_seed.with_options(refresh_cache=problems[s] is not None)
+                   .submit(spec.slug, spec.config, s, str(paths.data), str(paths.models), device, code,
+                           spec.params_hash)
+                   for s in spec.seeds]
+        for future in interrupts.interruptible(as_completed(futures)):
+            record = future.result()
+            marker = train_marker(paths.models, record["seed"])
+            if not train_record_valid(paths.models, record["seed"], code, spec.params_hash):
+                write_json(marker, record)
+            records.append(record)
     return sorted(records, key=lambda r: r["seed"])
 
 
@@ -306,17 +353,18 @@ def read_train_records(spec: RunSpec, paths: PaperPaths) -> list[dict]:
 
 def evaluate_all_seeds(spec: RunSpec, paths: PaperPaths, device: str, trained: list[dict]) -> list[dict]:
     code = code_version([step_module_name(spec.slug, "evaluate")])
-    futures = []
-    for record in trained:
-        seed = record["seed"]
-        missing = not evaluation_path(paths.reports, seed).exists()
-        futures.append(evaluate_seed.with_options(refresh_cache=missing).submit(
-            spec.slug, spec.config, seed, str(paths.data), str(paths.models), device, code, record["checkpoints"]))
-    evaluated = {}
-    for future in interrupts.interruptible(as_completed(futures)):
-        result = future.result()
-        write_json(evaluation_path(paths.reports, result["seed"]), result)
-        evaluated[result["seed"]] = result
+    futures, evaluated = [], {}
+    with seed_bars():
+        for record in trained:
+            seed = record["seed"]
+            missing = not evaluation_path(paths.reports, seed).exists()
+            futures.append(evaluate_seed.with_options(refresh_cache=missing).submit(
+                spec.slug, spec.config, seed, str(paths.data), str(paths.models), device, code,
+                record["checkpoints"]))
+        for future in interrupts.interruptible(as_completed(futures)):
+            result = future.result()
+            write_json(evaluation_path(paths.reports, result["seed"]), result)
+            evaluated[result["seed"]] = result
     return [evaluated[r["seed"]] for r in trained]
 
 

@@ -18,8 +18,9 @@ from tasks.common.env import repo_root
 from tasks.common.provenance import cpu_model, git_state, package_versions, torch_cpu_capability
 
 PARENT_TAG = "mlflow.parentRunId"
-# MLflow 3's UI opens an experiment on its GenAI "Traces" overview unless the experiment says it holds
-# model-development runs; with this tag it opens on the runs table.
+# The experiment's kind, for MLflow 3's kind inference. MLflow 3.17's UI does not land by it: a click on an
+# experiment opens the GenAI overview until "Model training" is chosen in the UI (kept by the browser), so
+# `repro ui` says so and prints each experiment's runs-table URL (tests/pipeline/test_browser_uis.py).
 EXPERIMENT_KIND_TAG = "mlflow.experimentKind"
 EXPERIMENT_KIND = "custom_model_development"
 

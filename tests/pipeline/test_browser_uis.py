@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 
+from tasks.common.paper_flow import progress_label
 from tests.support import local_servers
 from tests.support.browser import Browser, chromium_binary
 
@@ -113,6 +114,13 @@ def test_prefect_ui_shows_the_flow_run(uis):
     browser.open(f"{uis['prefect_ui']}/runs/flow-run/{uis['flow_run_id']}", ["arm_ebm", name, "Completed"],
                  shots / "prefect-flow-run.png")
     assert_offline_clean(browser, "Prefect flow-run page")
+    # The Logs tab shows the run's own log lines, the per-seed progress among them (issue 22: with progress
+    # printed at WARNING level it said "This run didn't generate logs").
+    browser.click_text("Logs")
+    text = browser.wait_for([f"{progress_label('arm_ebm', SEEDS[0], 'train')} ", "%", "ETA"],
+                            shots / "prefect-flow-run-logs.png", timeout_s=60)
+    assert "didn't generate logs" not in text
+    assert_offline_clean(browser, "Prefect flow-run logs")
     # The run's steps, as the contract names them (tasks/common/paper_flow.py): the task-runs tab lists them.
     browser.click_text("Task Runs")
     steps = ["prepare-data", *[f"{step}-seed-{s}" for step in ("train", "evaluate") for s in SEEDS],
@@ -128,6 +136,22 @@ def test_mlflow_ui_shows_experiment_runs_and_claims(uis):
     started = time.monotonic()
     browser.open(f"{ui}/#/experiments", ["arm_ebm"], shots / "mlflow-experiments.png")
     assert_offline_clean(browser, "MLflow experiments page")
+
+    # A click on the experiment, as a user arrives. MLflow 3.17 lands by its UI's workflow toggle (GenAI by
+    # default, kept in the browser's localStorage), not by the experiment's mlflow.experimentKind tag: on the
+    # GenAI overview first (hence `repro ui`'s hint), on the runs table once "Model training" is chosen.
+    browser.click_text("arm_ebm")
+    browser.wait_for(["Overview", "Traces"], shots / "mlflow-experiment-clicked-genai-default.png", timeout_s=60)
+    landed = browser.evaluate("location.hash")
+    assert "workflowType=genai" in landed, f"MLflow's default landing changed ({landed}): revisit repro ui's hint"
+    browser.open(f"{ui}/#/experiments", ["arm_ebm", "Model training"], shots / "mlflow-experiments.png")
+    browser.click_text("Model training")
+    browser.click_text("arm_ebm")
+    browser.wait_for(["arm_ebm-smoke", f"{1 + len(SEEDS)} matching runs"], shots / "mlflow-experiment-clicked.png",
+                     timeout_s=60)
+    landed = browser.evaluate("location.hash")
+    assert landed.startswith(f"#/experiments/{experiment}/runs"), landed
+    assert_offline_clean(browser, "MLflow experiment page, reached by a click")
 
     runs_url = f"{ui}/#/experiments/{experiment}/runs"
     browser.open(runs_url, ["arm_ebm-smoke", f"{1 + len(SEEDS)} matching runs"], shots / "mlflow-runs.png")

@@ -84,18 +84,34 @@ class Browser:
                                    f"log {self.log}:\n{tail(self.log)}")
             time.sleep(0.2)
         port = int(port_file.read_text().split()[0])
-        targets: list[dict[str, Any]] = []
-        while not targets:
-            with urllib.request.urlopen(f"http://127.0.0.1:{port}/json/list", timeout=5) as response:
-                targets = [t for t in json.load(response) if t.get("type") == "page"]
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"chromium has no page target; log {self.log}:\n{tail(self.log)}")
-            time.sleep(0.2)
-        self.ws = connect(targets[0]["webSocketDebuggerUrl"], max_size=None, open_timeout=30)
+        targets = self._page_targets(port, deadline)
+        self.ws = connect(targets[0]["webSocketDebuggerUrl"], max_size=None,
+                          open_timeout=max(30.0, deadline - time.monotonic()))
         for domain in ("Page", "Network", "Runtime", "Log"):
             self.send(f"{domain}.enable")
         self.send("Emulation.setDeviceMetricsOverride", width=self.width, height=self.height,
                   deviceScaleFactor=1, mobile=False)
+
+    def _page_targets(self, port: int, deadline: float) -> list[dict[str, Any]]:
+        """The browser's page targets from ``/json/list``, asked again until ``deadline``. A browser that has
+        opened its DevTools port can still take seconds to answer on a busy machine: one unanswered request
+        (it timed out at 5 s once inside a full test session, on 2 loaded cores) is not a failure before the
+        start-up deadline."""
+        last_error: Exception | None = None
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                break
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/json/list",
+                                            timeout=max(1.0, min(5.0, deadline - time.monotonic()))) as response:
+                    targets = [t for t in json.load(response) if t.get("type") == "page"]
+                if targets:
+                    return targets
+            except (OSError, ValueError) as err:  # a timeout (TimeoutError is an OSError), a refused or cut reply
+                last_error = err
+            time.sleep(0.2)
+        raise RuntimeError(f"chromium gave no page target on port {port} (exit {self.process.poll()}, last error "
+                           f"{last_error!r}); log {self.log}:\n{tail(self.log)}")
 
     def send(self, method: str, timeout_s: float = 60.0, **params: Any) -> dict[str, Any]:
         """Call a DevTools method and return its result; events that arrive meanwhile are kept."""

@@ -58,3 +58,58 @@ def test_this_checkouts_own_server_is_reused(output_root, foreign_server):
     (output_root / ".prefect" / "server.pid").write_text(f"{os.getpid()} {foreign_server + 1}")
     with pytest.raises(servers.ServerConflict):
         servers.start_prefect(foreign_server, wait_s=1)
+
+
+def _listening(port: int) -> bool:
+    with socket.socket() as probe:
+        return probe.connect_ex(("127.0.0.1", port)) == 0
+
+
+def _start_group(code: str, port: int) -> subprocess.Popen:
+    """A server as ``repro ui`` starts one: in a session of its own, listening on ``port``."""
+    import sys
+    import time
+
+    process = subprocess.Popen([sys.executable, "-c", code, str(port)], start_new_session=True,
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 30
+    while not _listening(port):
+        assert process.poll() is None and time.monotonic() < deadline, "the test server did not start"
+        time.sleep(0.05)
+    return process
+
+
+# Like `mlflow server`: a parent process whose child (uvicorn there) holds the port.
+SERVER_WITH_A_WORKER = ("import subprocess, sys; subprocess.run([sys.executable, '-m', 'http.server', '--bind', "
+                        "'127.0.0.1', sys.argv[1]])")
+DEAF_TO_SIGTERM = ("import signal, socket, sys, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); "
+                   "s = socket.socket(); s.bind(('127.0.0.1', int(sys.argv[1]))); s.listen(); time.sleep(600)")
+
+
+def test_stop_group_frees_the_port_a_servers_worker_holds():
+    import time
+
+    port = servers_free_port()
+    process = _start_group(SERVER_WITH_A_WORKER, port)
+    started = time.monotonic()
+    servers.stop_group(process.pid, port, wait_s=20)
+    assert time.monotonic() - started < 10
+    assert servers.port_free(port) and not servers.group_alive(process.pid)
+    assert process.poll() is not None  # reaped, not left a zombie
+
+
+def test_stop_group_kills_a_server_deaf_to_sigterm_after_the_wait():
+    import time
+
+    port = servers_free_port()
+    process = _start_group(DEAF_TO_SIGTERM, port)
+    started = time.monotonic()
+    servers.stop_group(process.pid, port, wait_s=1.5)
+    assert 1.5 <= time.monotonic() - started < 8
+    assert servers.port_free(port) and not servers.group_alive(process.pid)
+
+
+def servers_free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
