@@ -71,12 +71,6 @@ def test_negative_control_float32_arithmetic_is_caught(monkeypatch, name):
         check_float32_input_gives_the_float64_result(name)
 
 
-def test_the_float32_inputs_really_round():
-    """Guard of the check above: the inputs are chosen so that float32 and float64 arithmetic differ."""
-    assert float(np.float32(0.1) + np.float32(0.3)) != float(np.float32(0.1)) + 0.3
-    assert float(np.float32(0.7) * np.float32(0.35)) != float(np.float32(0.7)) * float(np.float32(0.35))
-
-
 def check_reverse_code_of_integer_answers() -> None:
     coded = method.reverse_code(np.array([[1, 4, 2], [3, 1, 4]]), 4, (2,))
     assert coded.dtype == np.float64
@@ -180,7 +174,7 @@ def test_negative_control_slope_adding_the_mean_is_caught(monkeypatch):
 
 
 def check_kappa_when_chance_agreement_is_one() -> None:
-    """p_e = 1 with p_o != 1 gives 0 (the docstring's convention), p_e = p_o = 1 gives 1. With integer counts p_e = 1
+    """p_e = 1 with p_o != 1 gives 0 (the library's convention), p_e = p_o = 1 gives 1. With integer counts p_e = 1
     forces p_o = 1; the 0 branch is reached by weights: a signed matrix (rows (2, 0), columns (2, 0): p_e = 4/4 = 1,
     p_o = 4/2 = 2) and non-negative weights where p_e rounds to 1.0 while p_o = 1 - 1e-16."""
     assert method.cohens_kappa(np.array([[3.0, -1.0], [-1.0, 1.0]])) == 0.0
