@@ -166,3 +166,115 @@ def test_coda_block_accepts_the_smallest_sizes():
     for bad in ({"gru_hidden": 0}, {"rank": 0}):
         with pytest.raises(ValueError):
             method.CodaBlock(2, 3, **bad)
+
+
+# Survivors of the full mutation run (issue 20, second pass) ------------------------------------------------------
+
+THIRD_TEACHER_W, THIRD_STUDENT_W = [[0.9, -0.1], [0.4, 0.3]], [[0.5, 0.5], [-0.2, 0.1]]
+
+
+def affine(x: torch.Tensor, w: list[list[float]]) -> torch.Tensor:
+    return x @ torch.tensor(w, dtype=F64).T + 0.1 * DT[..., None]
+
+
+def check_distillation_losses_over_batches_and_three_layers() -> None:
+    """lr = 0 leaves every layer as it is, so each epoch loss is the layer's MSE over all 3 samples, from batches of
+    2 and 1 weighted by their sizes; a three-layer stack gets three losses, layer 3 fed the teacher's layer 2."""
+    teacher_w, student_w = (*TEACHER_W, THIRD_TEACHER_W), (*STUDENT_W, THIRD_STUDENT_W)
+    teacher = method.SequenceModel([AffineLayer(w) for w in teacher_w], nn.Linear(2, 3).double(), "coda")
+    student = method.SequenceModel([AffineLayer(w) for w in student_w], nn.Linear(2, 3).double(), "coda")
+    losses = method.distill_layerwise(teacher, student, INPUTS, DT, epochs=2, batch_size=2, lr=0.0,
+                                      generator=torch.Generator().manual_seed(0))
+    targets, x = [], INPUTS
+    for w in teacher_w:
+        x = affine(x, w)
+        targets.append(x)
+    sources = [INPUTS, *targets[:-1]]
+    want = [float((affine(s, w) - t).pow(2).mean()) for w, s, t in zip(student_w, sources, targets, strict=True)]
+    assert len(losses) == 3 and losses == pytest.approx(want, abs=1e-14)
+
+
+def test_distillation_losses_over_batches_and_three_layers():
+    check_distillation_losses_over_batches_and_three_layers()
+
+
+@pytest.mark.parametrize("broken", ["last_batch_only", "two_sources"])
+def test_negative_control_broken_distillation_bookkeeping_is_caught(monkeypatch, broken):
+    def distill(teacher, student, inputs, dt, epochs, batch_size, lr, generator):
+        with torch.no_grad():
+            targets = teacher.hidden_sequences(inputs, dt)
+        sources = [inputs, targets[0]] if broken == "two_sources" else [inputs, *targets[:-1]]
+        final = []
+        for layer, source, target in zip(student.layers, sources, targets):
+            optimiser = torch.optim.Adam(layer.parameters(), lr=lr)
+            for _ in range(epochs):
+                order = torch.randperm(len(inputs), generator=generator)
+                total = 0.0
+                for start in range(0, len(order), batch_size):
+                    batch = order[start:start + batch_size]
+                    loss = nn.functional.mse_loss(layer(source[batch], dt[batch]), target[batch])
+                    optimiser.zero_grad(set_to_none=True)
+                    loss.backward()
+                    optimiser.step()
+                    contribution = float(loss.detach()) * len(batch)
+                    total = contribution if broken == "last_batch_only" else total + contribution
+                epoch_loss = total / len(order)
+            final.append(epoch_loss)
+        return final
+
+    monkeypatch.setattr(method, "distill_layerwise", distill)
+    with pytest.raises(AssertionError):
+        check_distillation_losses_over_batches_and_three_layers()
+
+
+def propagator_flops(k: torch.Tensor, dt: torch.Tensor) -> int:
+    with torch.utils.flop_counter.FlopCounterMode(display=False) as counter:
+        method.zoh_propagators(k, dt)
+    return int(counter.get_total_flops())
+
+
+def check_propagator_cost() -> None:
+    """The propagators cost (series terms + 2 squarings) batched r x r products of 2 r^3 FLOPs per distinct Delta.
+    Squarings: ceil(log2(||K Delta_max||_1 / 0.5)) when the 1-norm (largest column sum) exceeds 1/2, else 0.
+    K has column sums 2.5 and 0.6 (1-norm 2.5, infinity norm 2.1), two distinct steps, r = 2, u = 2."""
+    k = torch.tensor([[-2.0, 0.1], [0.5, -0.5]], dtype=F64)
+    per_product = 2 * 2 * 2**3
+    # Delta_max 1.7: ||K Delta||_1 = 4.25 -> ceil(log2(8.5)) = 4 squarings (the infinity norm 3.57 would give 3)
+    assert propagator_flops(k, torch.tensor([[0.3, 1.7]], dtype=F64)) == per_product * (18 + 2 * 4)
+    # Delta_max 0.2: 0.5 exactly -> no squaring (the test is "> 0.5")
+    assert propagator_flops(k, torch.tensor([[0.1, 0.2]], dtype=F64)) == per_product * 18
+    # Delta_max 0.21: 0.525 -> ceil(log2(1.05)) = 1 squaring; float32 uses 10 terms
+    assert propagator_flops(k.float(), torch.tensor([[0.1, 0.21]])) == per_product * (10 + 2 * 1)
+
+
+def test_propagator_cost_follows_the_norm_of_k_delta():
+    check_propagator_cost()
+
+
+@pytest.mark.parametrize("norm_dim", [-1, None])
+def test_negative_control_another_norm_is_caught(monkeypatch, norm_dim):
+    """A propagator that picks its squarings by the infinity norm (or squares once more) fails the cost check."""
+    def propagators(k, dt):
+        r = k.shape[-1]
+        unique, inverse = torch.unique(dt.reshape(-1), return_inverse=True)
+        step = unique.to(k.dtype).view(-1, 1, 1)
+        a = k.expand(len(unique), r, r) * step
+        norm = float(a.abs().sum(dim=norm_dim if norm_dim is not None else -2).max())
+        squarings = max(0, math.ceil(math.log2(norm / 0.5))) if norm > 0.5 else 0
+        squarings += 1 if norm_dim is None else 0
+        a = a / 2**squarings
+        eye = torch.eye(r, dtype=k.dtype).expand_as(a)
+        term, phi, gamma_sum = eye, eye, eye
+        for n in range(1, method.series_terms(k.dtype) + 1):
+            term = term @ a / n
+            phi = phi + term
+            gamma_sum = gamma_sum + term / (n + 1)
+        gamma = gamma_sum * (step / 2**squarings)
+        for _ in range(squarings):
+            gamma = gamma + phi @ gamma
+            phi = phi @ phi
+        return phi[inverse].reshape(*dt.shape, r, r), gamma[inverse].reshape(*dt.shape, r, r)
+
+    monkeypatch.setattr(method, "zoh_propagators", propagators)
+    with pytest.raises(AssertionError):
+        check_propagator_cost()
