@@ -200,3 +200,36 @@ def test_negative_control_kappa_with_another_degenerate_convention_is_caught(mon
     monkeypatch.setattr(method, "cohens_kappa", kappa)
     with pytest.raises(AssertionError):
         check_kappa_when_chance_agreement_is_one()
+
+
+def check_expected_scale_r_at_the_bounds() -> None:
+    """n_items = 1 and n_reverse = 0 or n_reverse = n_items are valid scales. By hand, latent sd 2 of range 10 on a
+    7-point scale (signal 1.2), noise 0.5, acquiescence 0.4: one plain item keeps the whole acquiescence (0.4);
+    three reversed items keep it with the opposite sign ((3 - 6) / 3 * 0.4), squared the same."""
+    noise_one = 0.25 + 1 / 12
+    assert method.expected_scale_r(2.0, 10.0, 7, 1, 0, 0.5, 0.4) == pytest.approx(
+        1.2 / (1.44 + 0.16 + noise_one) ** 0.5, abs=1e-12)
+    assert method.expected_scale_r(2.0, 10.0, 7, 1, 1, 0.5, 0.4) == pytest.approx(
+        1.2 / (1.44 + 0.16 + noise_one) ** 0.5, abs=1e-12)
+    assert method.expected_scale_r(2.0, 10.0, 7, 3, 3, 0.5, 0.4) == pytest.approx(
+        1.2 / (1.44 + 0.16 + noise_one / 3) ** 0.5, abs=1e-12)
+    assert method.expected_scale_r(2.0, 10.0, 7, 3, 0, 0.5, 0.4) == pytest.approx(
+        1.2 / (1.44 + 0.16 + noise_one / 3) ** 0.5, abs=1e-12)
+
+
+def test_expected_scale_r_at_the_bounds():
+    check_expected_scale_r_at_the_bounds()
+
+
+@pytest.mark.parametrize("rejects", ["one_item", "no_reversed", "all_reversed"])
+def test_negative_control_too_strict_scale_bounds_are_caught(monkeypatch, rejects):
+    real = method.expected_scale_r
+
+    def strict(latent_sd, latent_range, points, n_items, n_reverse, noise_sd, acquiescence_sd):
+        if {"one_item": n_items == 1, "no_reversed": n_reverse == 0, "all_reversed": n_reverse == n_items}[rejects]:
+            raise ValueError("out of range")
+        return real(latent_sd, latent_range, points, n_items, n_reverse, noise_sd, acquiescence_sd)
+
+    monkeypatch.setattr(method, "expected_scale_r", strict)
+    with pytest.raises(ValueError):
+        check_expected_scale_r_at_the_bounds()
