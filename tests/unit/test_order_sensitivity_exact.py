@@ -334,6 +334,9 @@ FLOAT32_CASES = {
     "fit_log_growth": lambda cast: list(vars(method.fit_log_growth(cast([2.3, 4.1, 8.9]), [0.1, 0.3, 0.35])).values()),
     "exponential_tilt_event": lambda cast: method.exponential_tilt(np.array([0.2, 0.5, 0.3]), cast([1.0, 0.0, 1.0]),
                                                                    0.7),
+    "bernoulli_kl": lambda cast: method.bernoulli_kl(cast([0.1, 0.35]), cast([0.6, 0.3])),
+    "categorical_kl": lambda cast: method.categorical_kl(np.array([0.5, 0.3, 0.2]), cast([0.2, 0.5, 0.3])),
+    "edfl_slack": lambda cast: np.asarray(method.edfl_slack(cast([0.6, 0.3, 0.1]), PRIORS, EVENT)),
 }
 
 
@@ -603,3 +606,49 @@ def test_negative_control_p_max_comparing_in_extended_precision_is_caught(monkey
         np.nextafter(float(delta), 0.0) if isinstance(delta, np.longdouble) else delta, q_bar, iterations))
     with pytest.raises(AssertionError):
         check_p_max_rounds_an_extended_budget()
+
+
+def check_kl_domain_edges() -> None:
+    """bernoulli_kl accepts p within 1e-9 outside [0, 1] (boundaries included) and clips it to [0, 1] exactly;
+    q = 0 is floored at 1e-12, so KL stays finite; an event given as 0/1 integers is a mask, not indices."""
+    assert float(method.bernoulli_kl(-1e-9, 0.5)) == float(method.bernoulli_kl(0.0, 0.5))
+    assert float(method.bernoulli_kl(1 + 1e-9, 0.25)) == float(method.bernoulli_kl(1.0, 0.25))
+    assert float(method.bernoulli_kl(-1e-10, 0.5)) == pytest.approx(math.log(2), abs=1e-15)
+    assert float(method.bernoulli_kl(1 + 1e-10, 0.25)) == pytest.approx(-math.log(0.25), abs=1e-15)
+    assert float(method.bernoulli_kl(0.5, 0.0)) == pytest.approx(0.5 * math.log(0.5 / 1e-12) + 0.5 * math.log(0.5),
+                                                                abs=1e-12)
+    assert method.edfl_slack(POSTERIOR, PRIORS, np.array([1, 0, 1])) == method.edfl_slack(POSTERIOR, PRIORS, EVENT)
+
+
+def test_kl_domain_edges():
+    check_kl_domain_edges()
+
+
+@pytest.mark.parametrize("broken", ["strict_tolerance", "no_clip", "no_floor", "event_as_indices"])
+def test_negative_control_kl_domain_edges(monkeypatch, broken):
+    real_kl = method.bernoulli_kl
+    if broken == "strict_tolerance":
+        def kl(p, q):
+            if np.any(np.abs(np.asarray(p, dtype=float) - 0.5) >= 0.5 + 1e-9):
+                raise ValueError("p outside [0, 1]")
+            return real_kl(p, q)
+    elif broken == "no_clip":
+        def kl(p, q):
+            p = np.asarray(p, dtype=float)
+            q = method._clip_prob(q)
+            return method._xlogy_ratio(p, q) + method._xlogy_ratio(1.0 - p, 1.0 - q)
+    elif broken == "no_floor":
+        def kl(p, q):
+            return real_kl(p, q) if np.all(np.asarray(q) > 0) else np.asarray(math.inf)
+    else:
+        kl = real_kl
+
+        def slack(posterior, priors, event):  # the event used as given (0/1 integers index instead of masking)
+            posterior, priors, event = np.asarray(posterior, float), np.atleast_2d(priors), np.asarray(event)
+            p, q_bar = posterior[event].sum(), priors[:, event].sum(axis=1).mean()
+            return method.expected_divergence(posterior, priors) - float(real_kl(min(p, 1.0), q_bar))
+
+        monkeypatch.setattr(method, "edfl_slack", slack)
+    monkeypatch.setattr(method, "bernoulli_kl", kl)
+    with pytest.raises((AssertionError, ValueError, IndexError)):
+        check_kl_domain_edges()
