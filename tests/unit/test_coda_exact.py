@@ -278,3 +278,143 @@ def test_negative_control_another_norm_is_caught(monkeypatch, norm_dim):
     monkeypatch.setattr(method, "zoh_propagators", propagators)
     with pytest.raises(AssertionError):
         check_propagator_cost()
+
+
+def check_coda_structure_and_defaults() -> None:
+    """The layers' documented defaults and parameter shapes: CodaBlock (GRU 16, rank 8, eps 1e-2, B without bias,
+    P ~ N(0, 1/r), S ~ N(0, 0.25/r)), LiquidSynapse (2 channels, gain 2, W_x without bias), LTCLayer (A_c = +1 then
+    -1; one unfold allowed), SequenceModel keeps its kind."""
+    block = method.CodaBlock(2, 3)
+    assert (block.gru.hidden_size, block.rank, block.eps, block.forcing.bias) == (16, 8, 1e-2, None)
+    torch.manual_seed(0)
+    wide = method.CodaBlock(2, 3, rank=64)
+    assert 0.9 < float(wide.p.detach().std() * 8) < 1.1 and 0.45 < float(wide.s.detach().std() * 8) < 0.55
+    synapse = method.LiquidSynapse(4)
+    assert synapse.recurrent.out_features == 8 and synapse.recurrent.bias is None
+    assert torch.allclose(nn.functional.softplus(synapse.raw_gain), torch.full((8,), 2.0))
+    ltc = method.LTCLayer(2, 3, ode_unfolds=1)
+    assert ltc.reversal.tolist() == [1.0, 1.0, 1.0, -1.0, -1.0, -1.0]
+    assert method.SequenceModel([ltc], nn.Linear(3, 1), "forecast").kind == "forecast"
+
+
+def test_coda_structure_and_defaults():
+    check_coda_structure_and_defaults()
+
+
+@pytest.mark.parametrize("broken", ["rank_9", "forcing_bias", "three_channels"])
+def test_negative_control_structure_and_defaults(monkeypatch, broken):
+    real_block, real_synapse = method.CodaBlock.__init__, method.LiquidSynapse.__init__
+    if broken == "rank_9":
+        monkeypatch.setattr(method.CodaBlock, "__init__", lambda self, i, o, gru_hidden=16, rank=9, eps=1e-2:
+                            real_block(self, i, o, gru_hidden, rank, eps))
+    elif broken == "forcing_bias":
+        def init(self, *args, **kwargs):
+            real_block(self, *args, **kwargs)
+            self.forcing = nn.Linear(self.forcing.in_features, self.rank)
+        monkeypatch.setattr(method.CodaBlock, "__init__", init)
+    else:
+        monkeypatch.setattr(method.LiquidSynapse, "__init__", lambda self, units, channels=3, initial_gain=2.0:
+                            real_synapse(self, units, channels, initial_gain))
+    with pytest.raises(AssertionError):
+        check_coda_structure_and_defaults()
+
+
+def check_linear_ode_helpers_exact() -> None:
+    """Exact (rtol 0) generator in float64; batched P, S and batched z; float32 K keeps float32 propagators even
+    for float64 steps; an empty dt; a 0-d RK4 state stays 0-d; an LTC with reversal potentials other than +-1."""
+    p = torch.tensor([[1.0, 2.0], [0.5, -1.0]], dtype=F64)
+    s = torch.tensor([[0.3, 0.7], [-0.2, 0.4]], dtype=F64)
+    want = torch.tensor([[-5.0 - 0.1, 1.5 + 0.9], [1.5 - 0.9, -1.25 - 0.1]], dtype=F64)
+    assert torch.allclose(method.stable_generator(p, s, 0.1), want, rtol=0.0, atol=1e-15)
+    batched = method.stable_generator(torch.stack([p, 2 * p]), torch.stack([s, -s]), 0.1)
+    assert torch.equal(batched[0], method.stable_generator(p, s, 0.1))
+    assert torch.equal(batched[1], method.stable_generator(2 * p, -s, 0.1))
+    k = torch.tensor([[-2.0, 0.1], [0.5, -0.5]], dtype=F64)
+    phi, gamma = method.zoh_propagators(k, torch.tensor([[0.3, 1.7]], dtype=F64))
+    z, forcing = torch.tensor([[1.0, -2.0], [0.5, 0.25]], dtype=F64), torch.tensor([[0.5, 3.0], [-1.0, 2.0]], dtype=F64)
+    stepped = method.zoh_step(z, forcing, phi[0], gamma[0])
+    assert stepped.shape == (2, 2)
+    for row in range(2):
+        assert torch.equal(stepped[row], method.zoh_step(z[row], forcing[row], phi[0, row], gamma[0, row]))
+    phi32, gamma32 = method.zoh_propagators(k.float(), torch.tensor([[0.3, 1.7]], dtype=F64))
+    assert phi32.dtype == gamma32.dtype == torch.float32
+    assert method.augmented_exponential(k.float(), torch.tensor([0.3], dtype=F64)).dtype == torch.float32
+    empty_phi, empty_gamma = method.zoh_propagators(k, torch.zeros(1, 0, dtype=F64))
+    assert empty_phi.shape == empty_gamma.shape == (1, 0, 2, 2)
+    assert method.rk4_integrate(lambda v: -v, torch.tensor(1.0, dtype=F64), torch.tensor(0.1, dtype=F64), 1).shape == ()
+    ltc = method.LTCLayer(1, 2, ode_unfolds=1).double()
+    with torch.no_grad():
+        ltc.reversal.copy_(torch.tensor([0.5, 2.0, -0.25, -4.0], dtype=F64))
+    inputs, dt = torch.tensor([[[0.3]]], dtype=F64), torch.tensor([[0.2]], dtype=F64)
+    f = ltc.synapse(torch.zeros(1, 2, dtype=F64), ltc.input_map(inputs)[:, 0]).view(1, 2, 2)
+    inv_tau = 1.0 / (nn.functional.softplus(ltc.log_tau) + 0.1)
+    x = (0.2 * (f * ltc.reversal.view(2, 2)).sum(1)) / (1 + 0.2 * inv_tau + 0.2 * f.sum(1))
+    assert torch.allclose(ltc(inputs, dt)[:, 0], x, rtol=0.0, atol=1e-15)
+
+
+def test_linear_ode_helpers_exact():
+    check_linear_ode_helpers_exact()
+
+
+@pytest.mark.parametrize("broken", ["float32_eye", "unbatched_transpose", "float64_steps"])
+def test_negative_control_linear_ode_helpers(monkeypatch, broken):
+    real_generator, real_propagators = method.stable_generator, method.zoh_propagators
+    if broken == "float32_eye":
+        monkeypatch.setattr(method, "stable_generator", lambda p, s, eps: -(p @ p.transpose(-1, -2) + eps * torch.eye(
+            p.shape[-2])) + (s - s.transpose(-1, -2)))
+    elif broken == "unbatched_transpose":
+        monkeypatch.setattr(method, "stable_generator", lambda p, s, eps: real_generator(p, s, eps) if p.dim() == 2
+                            else -(p @ p + eps * torch.eye(p.shape[-2], dtype=p.dtype)) + (s - s.transpose(1, -2)))
+    else:
+        monkeypatch.setattr(method, "zoh_propagators", lambda k, dt: real_propagators(k.to(dt.dtype), dt))
+    with pytest.raises(AssertionError):
+        check_linear_ode_helpers_exact()
+
+
+def check_distillation_uses_its_generator_and_epochs() -> None:
+    """The batch order comes from the given generator only (the global seed does not matter); 0 epochs give nan."""
+    results = []
+    for global_seed in (1, 2):
+        torch.manual_seed(global_seed)
+        teacher, student = models()
+        losses = method.distill_layerwise(teacher, student, INPUTS, DT, epochs=3, batch_size=1, lr=0.05,
+                                          generator=torch.Generator().manual_seed(7))
+        results.append((losses, [layer.weight.detach().clone() for layer in student.layers]))
+    assert results[0][0] == results[1][0]
+    assert all(torch.equal(a, b) for a, b in zip(results[0][1], results[1][1], strict=True))
+    teacher, student = models()
+    assert all(math.isnan(v) for v in method.distill_layerwise(teacher, student, INPUTS, DT, 0, 2, LR,
+                                                               torch.Generator()))
+
+
+def test_distillation_uses_its_generator_and_epochs():
+    check_distillation_uses_its_generator_and_epochs()
+
+
+def test_negative_control_distillation_on_the_global_generator(monkeypatch):
+    real = method.distill_layerwise
+    def on_global(teacher, student, inputs, dt, epochs, batch_size, lr, generator):  # ignores the given generator
+        seeded = torch.Generator().manual_seed(int(torch.randint(0, 1000, ())))
+        return real(teacher, student, inputs, dt, epochs, batch_size, lr, seeded)
+
+    monkeypatch.setattr(method, "distill_layerwise", on_global)
+    with pytest.raises(AssertionError):
+        check_distillation_uses_its_generator_and_epochs()
+
+
+def test_flop_counters_print_nothing(capsys):
+    model = method.SequenceModel([AffineLayer(TEACHER_W[0])], nn.Linear(2, 3).double(), "coda")
+    assert method.forward_flops(model, INPUTS, DT) > 0
+    assert method.training_step_flops(model, INPUTS, DT, lambda out: out.pow(2).mean()) > 0
+    assert capsys.readouterr().out == ""
+
+
+def test_negative_control_printing_flop_counter_is_caught(monkeypatch, capsys):
+    def printing(model, inputs, dt):
+        with torch.no_grad(), torch.utils.flop_counter.FlopCounterMode(display=True) as counter:
+            model(inputs, dt)
+        return int(counter.get_total_flops())
+
+    monkeypatch.setattr(method, "forward_flops", printing)
+    with pytest.raises(AssertionError):
+        test_flop_counters_print_nothing(capsys)
