@@ -224,3 +224,48 @@ def test_ngram_rule_counts_only_full_ngrams():
     end would add duplicates and cross 0.3."""
     assert not method.has_heavy_repetition("a b c a b c a e f g h i".split(), min_sentences=100, ngram_n=3,
                                            chunk_sizes=())
+
+
+def check_repetition_compares_lowercased_sentence_text() -> None:
+    """The official rule compares the caption's lower-cased text. str.lower() keeps 'ß' apart from 'ss' and 'ς'
+    apart from 'σ' (upper() would merge them into 'SS' and 'Σ'), in both the sentence and the n-gram rule; and a
+    sentence is its words joined by one space, so the same text tokenised differently ('a b' + 'c' against
+    'a' + 'b c', one sentence closed by ';', the other at the end) is a repeated sentence."""
+    # sentence rule: 2 sentences, distinct after lower() (0 duplicates), equal after upper() (1 of 2)
+    assert not method.has_heavy_repetition(["ß", ";", "ss"], min_sentences=2, ngram_n=50, chunk_sizes=())
+    assert method.has_heavy_repetition(["Ab", ";", "aB"], min_sentences=2, ngram_n=50, chunk_sizes=())
+    # 1-gram rule: 4 words, 4 distinct after lower(); 'A a B b' has 2 duplicates of 4 after lower()
+    assert not method.has_heavy_repetition(["ß", "ss", "ς", "σ"], min_sentences=100, ngram_n=1, chunk_sizes=())
+    assert method.has_heavy_repetition(["A", "a", "B", "b"], min_sentences=100, ngram_n=1, chunk_sizes=())
+    # the same text "a b c" twice, split into words differently: 1 duplicate of 2 sentences
+    assert method.has_heavy_repetition(["a b", "c", ";", "a", "b c"], min_sentences=2, ngram_n=50, chunk_sizes=())
+
+
+def test_repetition_compares_lowercased_sentence_text():
+    check_repetition_compares_lowercased_sentence_text()
+
+
+def test_negative_control_upper_case_folding_is_caught(monkeypatch):
+    original = method.has_heavy_repetition
+    # upper() first: 'ß' -> 'SS' -> (lower) 'ss' merges with 'ss', as folding with upper() would
+    monkeypatch.setattr(method, "has_heavy_repetition", lambda words, **kw: original([w.upper() for w in words], **kw))
+    with pytest.raises(AssertionError):
+        check_repetition_compares_lowercased_sentence_text()
+
+
+def test_negative_control_sentences_as_word_tuples_are_caught(monkeypatch):
+    """Comparing sentences as word lists (here joined by '|', which no word holds) misses the re-tokenised repeat."""
+    def sentences_of_words(words):
+        text, current = [], []
+        for word in [*words, ";"]:
+            if word in (method.SEPARATOR, ".", "!", "?"):
+                if current:
+                    text.append("|".join(current))
+                current = []
+            else:
+                current.append(word.lower())
+        return text
+
+    monkeypatch.setattr(method, "_sentences", sentences_of_words)
+    with pytest.raises(AssertionError):
+        check_repetition_compares_lowercased_sentence_text()
