@@ -14,28 +14,9 @@ import yaml
 
 from tasks.common.claims import NOT_TESTABLE, REPORT_ONLY
 from tests.conftest import REPO, make_output_root
-from tests.pipeline.helpers import project_env, run_stage
+from tests.pipeline.helpers import project_env, run_stage, seed_files, slow_smoke_params, train_markers
 
 pytestmark = pytest.mark.usefixtures("prefect_server")
-
-
-def slow_smoke_params(gpt2_steps: int = 400) -> str:
-    """Smoke params whose seeds train for a few seconds each, so a kill lands between seeds' trainings."""
-    params = yaml.safe_load((REPO / "params.yaml").read_text())
-    params["profile"] = "smoke"
-    params["arm_ebm"]["smoke"]["gpt2"]["steps"] = gpt2_steps
-    return yaml.safe_dump(params)
-
-
-def train_markers(root):
-    """The train phase's per-seed markers (tasks/common/paper_flow.py), by seed folder name."""
-    return {p.parent.name: p for p in (root / "models" / "arm_ebm").glob("seed*/train.json")}
-
-
-def seed_files(folder):
-    """(mtime, bytes) of every file a seed's training left (checkpoints and marker), by relative path."""
-    return {p.relative_to(folder).as_posix(): (p.stat().st_mtime_ns, p.read_bytes())
-            for p in sorted(folder.rglob("*")) if p.is_file()}
 
 
 def test_killed_run_resumes_without_redoing_finished_seeds(tmp_path):
