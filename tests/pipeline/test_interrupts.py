@@ -172,8 +172,11 @@ def test_a_signal_stops_the_run_within_seconds_ends_its_helpers_and_a_rerun_resu
     print(f"{scenario}: {stopped_after:.1f} s from {scenario.signal.name} to exit")
     assert process.returncode == 128 + scenario.signal, stderr[-3000:]
     assert stopped_after < STOP_LIMIT_S, f"{stopped_after:.1f} s from {scenario.signal.name} to exit"
-    tail = stderr.split(f"{scenario.signal.name}: stopping")[-1]
-    assert "Traceback" not in tail and "could not" not in tail and len(tail.splitlines()) <= 3, tail
+    # After the handler's line, only the seeds' own progress lines still under way (no traceback, no warning,
+    # no error: Prefect's "could not" included), and few of them.
+    _, stopping, tail = stderr.partition(f"{scenario.signal.name}: stopping")
+    after = tail.strip().splitlines()[1:]
+    assert stopping and len(after) <= 10 and all(" | INFO " in line for line in after), tail
     # Every process the run had started (the embedded server, Dask's workers) is gone; there were some.
     assert helpers or (scenario.server, scenario.runner) == ("persistent", "threads")
     assert not helpers_left(root), helpers_left(root, 0)
