@@ -18,15 +18,26 @@ RUNNERS: tuple[str, ...] = ("threads", "dask")
 RUNNER_ENV = "REPRO_RUNNER"
 DASK_ADDRESS_ENV = "REPRO_DASK_ADDRESS"
 LOCAL_DASK_WORKERS = 2
+# The runner a paper's seeds use at a profile when neither --runner nor REPRO_RUNNER says: threads, except
+# where a process runner measured faster on two cores (docs/performance.md, "Runner per paper"): papers whose
+# seeds hold the GIL (many small torch or numpy operations) only use one core on threads.
+PREFERRED_RUNNERS: dict[tuple[str, str], RunnerName] = {}
 
 
 class RunnerError(ValueError):
     """A bad runner choice, named before any compute."""
 
 
-def resolve_runner(runner: str | None, dask_address: str | None) -> tuple[str, str | None]:
-    """(runner, address) from flags, else from REPRO_RUNNER / REPRO_DASK_ADDRESS, else threads."""
-    name = runner or os.environ.get(RUNNER_ENV) or "threads"
+def preferred_runner(slug: str, profile: str) -> RunnerName:
+    """The measured-fastest runner of ``slug`` at ``profile`` (threads unless PREFERRED_RUNNERS says)."""
+    return PREFERRED_RUNNERS.get((slug, profile), "threads")
+
+
+def resolve_runner(runner: str | None, dask_address: str | None,
+                   preferred: str = "threads") -> tuple[str, str | None]:
+    """(runner, address) from flags, else from REPRO_RUNNER / REPRO_DASK_ADDRESS, else the paper's
+    ``preferred`` runner (see :func:`preferred_runner`)."""
+    name = runner or os.environ.get(RUNNER_ENV) or preferred
     # The environment's address applies only when the runner is dask, so `--runner threads` still
     # works in a shell that exports REPRO_DASK_ADDRESS; an explicit --dask-address never is ignored.
     address = dask_address or (os.environ.get(DASK_ADDRESS_ENV) if name == "dask" else None) or None

@@ -17,7 +17,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from flows.runners import RUNNERS, RunnerError, resolve_runner, with_runner
+from flows.runners import RUNNERS, RunnerError, preferred_runner, resolve_runner, with_runner
 from tasks.common.params import ParamsError, resolve_run
 
 # The phases of tasks/common/paper_flow.py (kept here so that validation imports no Prefect).
@@ -26,7 +26,8 @@ PHASES = ("data", "train", "evaluate", "run", "all")
 
 def add_runner_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--runner", choices=RUNNERS, default=None,
-                        help="task runner for the seeds: threads (default) or dask")
+                        help="task runner for the seeds: threads or dask (default: the paper's measured-fastest, "
+                             "see flows/runners.py PREFERRED_RUNNERS; threads for most)")
     parser.add_argument("--dask-address", default=None,
                         help="scheduler of an existing Dask cluster (default: a local cluster of 2 workers)")
 
@@ -46,7 +47,7 @@ def run_stage(slug: str, phase: str, profile: str | None, seeds: list[int] | Non
               runner: str | None = None, dask_address: str | None = None) -> int:
     try:
         spec = resolve_run(slug, profile, seeds)
-        runner, dask_address = resolve_runner(runner, dask_address)
+        runner, dask_address = resolve_runner(runner, dask_address, preferred_runner(slug, spec.profile))
     except (ParamsError, RunnerError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
