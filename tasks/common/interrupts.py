@@ -4,11 +4,11 @@ Seeds train on threads, which Python cannot stop: waiting for them takes minutes
 server killed by the same Ctrl-C makes every seed fail on connection errors meanwhile. So on the first
 SIGINT, SIGTERM (what a scheduler sends) or SIGHUP (the terminal closed) the handler marks the open MLflow
 runs FAILED and the Prefect flow runs Cancelled, best effort and for at most ``GRACE_S`` seconds, stops the
-embedded Prefect server this process started (``os._exit`` skips the ``atexit`` hook that would), then ends the
-process at once (``os._exit``). Dask worker processes of ``--runner dask`` exit by themselves when their parent
-dies. Nothing finished is lost: every output is written atomically (``tasks/common/io.py``), and a trained
-seed is persisted by Prefect and marked by its ``train.json``, so a rerun resumes at the first seed that had
-not finished.
+embedded Prefect server this process started (``os._exit`` skips the ``atexit`` hook that would) and kills its
+other child processes (the local Dask cluster's workers, which ignore the terminal's signals: see
+``flows/dask_worker_setup.py``), then ends the process at once (``os._exit``). Nothing finished is lost:
+every output is written atomically (``tasks/common/io.py``), and a trained seed is persisted by Prefect and
+marked by its ``train.json``, so a rerun resumes at the first seed that had not finished.
 """
 
 from __future__ import annotations
@@ -112,6 +112,20 @@ def stop_embedded_servers(wait_s: float = SERVER_STOP_S) -> None:
             process.wait(timeout=wait_s)
 
 
+def end_child_processes() -> None:
+    """SIGKILL every process this one started that is still alive (the local Dask cluster's workers, anything
+    they started): they would otherwise notice their scheduler gone and log errors before exiting by themselves."""
+    try:
+        import psutil  # a dependency of dvc and distributed
+    except ImportError:
+        return
+    for child in psutil.Process().children(recursive=True):
+        try:
+            child.kill()
+        except psutil.Error:
+            continue
+
+
 def stop_now(signum: int, _frame: object = None) -> None:
     """The signal handler: close the records (bounded), stop the embedded Prefect server, then exit with
     128 + signum (130 for Ctrl-C, 143 for SIGTERM, 129 for SIGHUP)."""
@@ -124,9 +138,9 @@ def stop_now(signum: int, _frame: object = None) -> None:
     closer.join(GRACE_S)
     try:
         stop_embedded_servers()
+        end_child_processes()
     except Exception as err:  # noqa: BLE001 - the process ends next whatever failed here
-        print(f"could not stop the embedded Prefect server ({type(err).__name__}: {err})", file=sys.stderr,
-              flush=True)
+        print(f"could not end every helper process ({type(err).__name__}: {err})", file=sys.stderr, flush=True)
     sys.stderr.flush()
     os._exit(128 + signum)
 

@@ -133,7 +133,8 @@ def evaluations(root: Path) -> list[Path]:
     return sorted((root / "reports" / "arm_ebm" / "evaluation").glob("seed*.json"))
 
 
-def wait_until_in(scenario: Scenario, root: Path, process: subprocess.Popen, timeout_s: float = 480) -> None:
+def wait_until_in(scenario: Scenario, root: Path, process: subprocess.Popen, log: Path, timeout_s: float = 480
+                  ) -> None:
     """Until some seeds finished training and others have not (``train``), or the evaluation has started
     (``evaluate``: the MLflow parent run is open)."""
     landed = (lambda: bool(train_markers(root))) if scenario.during == "train" else (lambda: bool(evaluations(root)))
@@ -142,7 +143,7 @@ def wait_until_in(scenario: Scenario, root: Path, process: subprocess.Popen, tim
         if process.poll() is not None or time.monotonic() > deadline:
             process.kill()
             raise AssertionError(f"the run ended or stalled before its {scenario.during} phase: "
-                                 f"{process.communicate()[1][-3000:]}")
+                                 f"{log.read_text()[-3000:]}")
         time.sleep(0.05)
 
 
@@ -153,10 +154,14 @@ def test_a_signal_stops_the_run_within_seconds_ends_its_helpers_and_a_rerun_resu
     before = flow_run_states(scenario, root)
     command = [sys.executable, "-m", "flows.stage", "arm_ebm", "--phase", "all", "--seeds", *SEEDS,
                "--runner", scenario.runner]
-    process = subprocess.Popen(command, cwd=root, env=env, start_new_session=True, stdout=subprocess.PIPE,
-                               stderr=subprocess.PIPE, text=True)
+    # Output to a file, not a pipe: a helper process left behind would hold a pipe open, and reading it to its
+    # end would wait for that process instead of the run.
+    log = tmp_path / "stderr.log"
+    with log.open("w") as stderr_file:
+        process = subprocess.Popen(command, cwd=root, env=env, start_new_session=True, stdout=subprocess.DEVNULL,
+                                   stderr=stderr_file)
     try:
-        wait_until_in(scenario, root, process)
+        wait_until_in(scenario, root, process, log)
         helpers = [p for p in processes_of(root) if p.pid != process.pid]
         finished = {seed: seed_files(path.parent) for seed, path in train_markers(root).items()}
         sent = time.monotonic()
@@ -164,8 +169,9 @@ def test_a_signal_stops_the_run_within_seconds_ends_its_helpers_and_a_rerun_resu
             os.killpg(process.pid, scenario.signal)
         else:
             process.send_signal(scenario.signal)
-        _, stderr = process.communicate(timeout=120)
+        process.wait(timeout=120)
         stopped_after = time.monotonic() - sent
+        stderr = log.read_text()
     finally:
         if process.poll() is None:
             os.killpg(process.pid, signal.SIGKILL)
