@@ -29,7 +29,7 @@ POLL_S = 0.25
 _DONE = object()
 
 GRACE_S = 5.0
-# The embedded server is asked to stop (SIGTERM), then killed after this long: the records are closed by then.
+# How long the handler waits for a killed embedded server to be gone.
 SERVER_STOP_S = 2.0
 SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 OPEN_MLFLOW_RUNS: set[str] = set()
@@ -96,20 +96,21 @@ def embedded_server_processes() -> list[subprocess.Popen]:
 
 
 def stop_embedded_servers(wait_s: float = SERVER_STOP_S) -> None:
-    """Terminate this process's embedded Prefect servers and kill any still up after ``wait_s`` seconds. One
-    started by ``flows.servers.start_embedded_prefect`` lives in a session of its own (a terminal's Ctrl-C
-    does not reach it), and ``os._exit`` skips Prefect's ``atexit`` hook, so without this it would outlive us."""
+    """Kill this process's embedded Prefect servers and wait up to ``wait_s`` seconds for them. One started by
+    ``flows.servers.start_embedded_prefect`` lives in a session of its own (a terminal's Ctrl-C does not reach
+    it), and ``os._exit`` skips Prefect's ``atexit`` hook, so without this it would outlive us. Killed, not
+    terminated: the records are closed by now, and a graceful shutdown logs its background services' errors
+    (with tracebacks) on the run's terminal; its SQLite database survives a kill like any crash."""
     processes = embedded_server_processes()
     for process in processes:
         if process.poll() is None:
-            process.terminate()
+            process.kill()
     deadline = time.monotonic() + wait_s
     for process in processes:
         try:
             process.wait(timeout=max(0.0, deadline - time.monotonic()))
         except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait(timeout=wait_s)
+            continue
 
 
 def end_child_processes() -> None:
