@@ -153,6 +153,10 @@ def main() -> None:
     parser.add_argument("--signal", default="SIGINT", choices=["SIGINT", "SIGTERM", "SIGHUP"])
     parser.add_argument("--modes", nargs="+", default=list(MODES[:3]), choices=MODES)
     args = parser.parse_args()
+    # Launched in the background (`cmd &`, nohup), this process ignores SIGINT/SIGHUP and its runs would inherit
+    # that (an ignored signal stays ignored): the runs must see the signal as a terminal's Ctrl-C delivers it.
+    for sig in (signal.SIGINT, signal.SIGHUP):
+        signal.signal(sig, signal.SIG_DFL)
     with tempfile.TemporaryDirectory(prefix="interrupt-stop-") as tmp:
         results = {mode: measure(mode, args, Path(tmp)) for mode in args.modes}
     write_result(f"interrupt_stop_{args.profile}", {"slug": args.slug, "profile": args.profile, "seeds": args.seeds,
