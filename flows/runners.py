@@ -54,7 +54,7 @@ def local_cluster_kwargs(n_workers: int = LOCAL_DASK_WORKERS) -> dict[str, Any]:
     """Worker processes with one thread each: torch and numpy hold the GIL, so processes (not
     threads) are what run seeds in parallel. Dask's nanny already sets OMP/MKL threads to 1."""
     return {"n_workers": n_workers, "threads_per_worker": 1, "processes": True,
-            "dashboard_address": None}
+            "dashboard_address": None, "preload": ["flows.dask_worker_setup"]}
 
 
 def dask_task_runner(address: str | None = None, n_workers: int = LOCAL_DASK_WORKERS) -> Any:

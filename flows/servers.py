@@ -1,4 +1,5 @@
-"""Local servers: a persistent Prefect server on 127.0.0.1 and the MLflow UI on the SQLite store."""
+"""Local servers: a persistent Prefect server on 127.0.0.1, the embedded one of a single run, and the MLflow
+UI on the SQLite store."""
 
 from __future__ import annotations
 
@@ -174,6 +175,68 @@ def _wait_down(pgid: int, port: int | None, wait_s: float) -> bool:
             return False
         time.sleep(0.1)
     return True
+
+
+class _OwnSessionSubprocess:
+    """The ``subprocess`` module as Prefect's server module sees it while it launches the embedded server:
+    ``Popen`` starts the child in a session of its own, everything else is the real module."""
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(subprocess, name)
+
+    @staticmethod
+    def Popen(*args: object, **kwargs: object) -> subprocess.Popen:  # noqa: N802 - stands in for subprocess.Popen
+        return subprocess.Popen(*args, start_new_session=True, **kwargs)
+
+
+def start_embedded_prefect() -> str | None:
+    """Start the embedded Prefect server of this run (the one Prefect would start on first use when no
+    ``PREFECT_API_URL`` is configured) in a session of its own, and return its API URL; None when a server is
+    configured or Prefect's ephemeral mode is off (Prefect then behaves as it always does).
+
+    Started by Prefect, the server shares the terminal's process group, so the Ctrl-C that stops the run kills
+    it at the same instant and the flow run cannot be marked Cancelled (it stayed "Running" forever). In its
+    own session it survives the Ctrl-C until ``tasks.common.interrupts.stop_now`` has closed the records and
+    stops it; a normal exit stops it through Prefect's ``atexit`` hook. Prefect finds it through its own
+    registry (``SubprocessASGIServer()`` is one instance per process), so nothing else changes."""
+    from prefect.settings import get_current_settings
+
+    settings = get_current_settings()
+    if settings.api.url or not settings.server.ephemeral.enabled:
+        return None
+    from prefect.server.api import server as prefect_server
+
+    embedded = prefect_server.SubprocessASGIServer()
+    if not embedded.running:
+        launcher = prefect_server.subprocess
+        prefect_server.subprocess = _OwnSessionSubprocess()
+        try:
+            embedded.start()
+        finally:
+            prefect_server.subprocess = launcher
+    return embedded.api_url
+
+
+@contextlib.contextmanager
+def using_prefect_api(api_url: str | None):
+    """Within the block, this process's Prefect settings and the processes it starts (Dask workers) talk to
+    ``api_url``; without it each Dask worker, handed this process's settings (no API URL), would start an
+    embedded server of its own on the same database, which nothing stops when the run is interrupted."""
+    if api_url is None:
+        yield
+        return
+    from prefect.settings import PREFECT_API_URL, temporary_settings
+
+    previous = os.environ.get("PREFECT_API_URL")
+    os.environ["PREFECT_API_URL"] = api_url
+    try:
+        with temporary_settings(updates={PREFECT_API_URL: api_url}):
+            yield
+    finally:
+        if previous is None:
+            os.environ.pop("PREFECT_API_URL", None)
+        else:
+            os.environ["PREFECT_API_URL"] = previous
 
 
 def mlflow_server_env() -> dict[str, str]:

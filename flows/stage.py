@@ -59,13 +59,16 @@ def run_stage(slug: str, phase: str, profile: str | None, seeds: list[int] | Non
 
     # The data phase is one small task: it always runs on threads.
     flow = with_runner(load_flow(slug), runner if phase != "data" else "threads", dask_address)
+    from flows.servers import start_embedded_prefect, using_prefect_api
     from tasks.common import interrupts
     from tasks.common.paper_flow import RunError
     from tasks.common.tracking import TrackingStoreError
 
     previous_handlers = interrupts.install()
     try:
-        result = flow(profile=spec.profile, seeds=list(spec.seeds), phase=phase)
+        # After install(): a Ctrl-C while the embedded server starts stops it too.
+        with using_prefect_api(start_embedded_prefect()):
+            result = flow(profile=spec.profile, seeds=list(spec.seeds), phase=phase)
     except (RunError, TrackingStoreError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 1

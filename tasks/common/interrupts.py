@@ -1,12 +1,14 @@
-"""Stopping a run on Ctrl-C or SIGTERM within seconds, with its records closed.
+"""Stopping a run on Ctrl-C, SIGTERM or SIGHUP within seconds, with its records closed and its helpers ended.
 
 Seeds train on threads, which Python cannot stop: waiting for them takes minutes, and an embedded Prefect
 server killed by the same Ctrl-C makes every seed fail on connection errors meanwhile. So on the first
-SIGINT or SIGTERM (what a scheduler sends) the handler marks the open MLflow runs FAILED and the Prefect flow
-runs Cancelled, best effort and for at most ``GRACE_S`` seconds, then ends the process at once
-(``os._exit``). Nothing finished is lost: every output is written atomically (``tasks/common/io.py``), and a
-trained seed is persisted by Prefect and marked by its ``train.json``, so a rerun resumes at the first seed
-that had not finished.
+SIGINT, SIGTERM (what a scheduler sends) or SIGHUP (the terminal closed) the handler marks the open MLflow
+runs FAILED and the Prefect flow runs Cancelled, best effort and for at most ``GRACE_S`` seconds, stops the
+embedded Prefect server this process started (``os._exit`` skips the ``atexit`` hook that would) and kills its
+other child processes (the local Dask cluster's workers, which ignore the terminal's signals: see
+``flows/dask_worker_setup.py``), then ends the process at once (``os._exit``). Nothing finished is lost:
+every output is written atomically (``tasks/common/io.py``), and a trained seed is persisted by Prefect and
+marked by its ``train.json``, so a rerun resumes at the first seed that had not finished.
 """
 
 from __future__ import annotations
@@ -15,8 +17,10 @@ import contextvars
 import os
 import queue
 import signal
+import subprocess
 import sys
 import threading
+import time
 from collections.abc import Iterable, Iterator
 from typing import TypeVar
 
@@ -25,6 +29,9 @@ POLL_S = 0.25
 _DONE = object()
 
 GRACE_S = 5.0
+# How long the handler waits for a killed embedded server to be gone.
+SERVER_STOP_S = 2.0
+SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 OPEN_MLFLOW_RUNS: set[str] = set()
 OPEN_FLOW_RUNS: set[str] = set()
 _lock = threading.Lock()
@@ -78,16 +85,66 @@ def _close_quietly(reason: str) -> None:
         print(f"could not close every run record ({type(err).__name__}: {err})", file=sys.stderr, flush=True)
 
 
+def embedded_server_processes() -> list[subprocess.Popen]:
+    """The processes of Prefect's embedded ("ephemeral") API servers started by this process, if Prefect's
+    server module was ever imported here (a run against a persistent server has none)."""
+    server_module = sys.modules.get("prefect.server.api.server")
+    if server_module is None:
+        return []
+    servers = list(server_module.SubprocessASGIServer._instances.values())
+    return [server.server_process for server in servers if getattr(server, "server_process", None) is not None]
+
+
+def stop_embedded_servers(wait_s: float = SERVER_STOP_S) -> None:
+    """Kill this process's embedded Prefect servers and wait up to ``wait_s`` seconds for them. One started by
+    ``flows.servers.start_embedded_prefect`` lives in a session of its own (a terminal's Ctrl-C does not reach
+    it), and ``os._exit`` skips Prefect's ``atexit`` hook, so without this it would outlive us. Killed, not
+    terminated: the records are closed by now, and a graceful shutdown logs its background services' errors
+    (with tracebacks) on the run's terminal; its SQLite database survives a kill like any crash."""
+    processes = embedded_server_processes()
+    for process in processes:
+        if process.poll() is None:
+            process.kill()
+    deadline = time.monotonic() + wait_s
+    for process in processes:
+        try:
+            process.wait(timeout=max(0.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            continue
+
+
+def end_child_processes() -> None:
+    """SIGKILL every process this one started that is still alive (the local Dask cluster's workers, anything
+    they started): they would otherwise notice their scheduler gone and log errors before exiting by themselves."""
+    try:
+        import psutil
+    except ImportError:
+        return
+    for child in psutil.Process().children(recursive=True):
+        try:
+            child.kill()
+        except psutil.Error:
+            continue
+
+
 def stop_now(signum: int, _frame: object = None) -> None:
-    """The signal handler: close the records (bounded), then exit with 128 + signum (130 for Ctrl-C)."""
+    """The signal handler: close the records (bounded), stop the embedded Prefect server, then exit with
+    128 + signum (130 for Ctrl-C, 143 for SIGTERM, 129 for SIGHUP)."""
     name = signal.Signals(signum).name
     from tasks.common import progress_bars
 
     progress_bars.stop_active()  # live bars hide the cursor: give the terminal back before the line below
     print(f"\n{name}: stopping; finished seeds are kept and a rerun resumes from them", file=sys.stderr, flush=True)
-    closer = threading.Thread(target=_close_quietly, args=(f"stopped by {name}",), daemon=True)
+    # The closer runs in the interrupted code's context: the flow's Prefect settings name the API it talks to.
+    closer = threading.Thread(target=contextvars.copy_context().run, args=(_close_quietly, f"stopped by {name}"),
+                              daemon=True)
     closer.start()
     closer.join(GRACE_S)
+    try:
+        stop_embedded_servers()
+        end_child_processes()
+    except Exception as err:  # noqa: BLE001 - the process ends next whatever failed here
+        print(f"could not end every helper process ({type(err).__name__}: {err})", file=sys.stderr, flush=True)
     sys.stderr.flush()
     os._exit(128 + signum)
 
@@ -124,11 +181,13 @@ def interruptible(items: Iterable[T]) -> Iterator[T]:
 
 
 def install() -> dict[int, object]:
-    """Route SIGINT and SIGTERM to :func:`stop_now` (from the main thread, before the flow starts); returns the
-    previous handlers for :func:`restore`. Off the main thread (a flow called from a worker) it does nothing."""
+    """Route SIGINT, SIGTERM and SIGHUP to :func:`stop_now` (from the main thread, before the flow starts);
+    returns the previous handlers for :func:`restore`. A signal the process ignores stays ignored (``nohup``
+    ignores SIGHUP so that the run outlives its terminal). Off the main thread (a flow called from a worker)
+    it does nothing."""
     if threading.current_thread() is not threading.main_thread():
         return {}
-    return {sig: signal.signal(sig, stop_now) for sig in (signal.SIGINT, signal.SIGTERM)}
+    return {sig: signal.signal(sig, stop_now) for sig in SIGNALS if signal.getsignal(sig) != signal.SIG_IGN}
 
 
 def restore(previous: dict[int, object]) -> None:

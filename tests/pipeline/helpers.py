@@ -8,6 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import yaml
+
 from tests.conftest import REPO
 
 BIN = Path(sys.executable).parent
@@ -39,3 +41,22 @@ def copy_repository(dest):
     subprocess.run(["git", "add", "-A"], cwd=dest, check=True)
     subprocess.run(["git", "-c", "user.email=t@t", "-c", "user.name=t", "commit", "-qm", "copy"], cwd=dest,
                    check=True)
+
+
+def slow_smoke_params(gpt2_steps: int = 400) -> str:
+    """Smoke params whose seeds train for a few seconds each, so a kill lands between seeds' trainings."""
+    params = yaml.safe_load((REPO / "params.yaml").read_text())
+    params["profile"] = "smoke"
+    params["arm_ebm"]["smoke"]["gpt2"]["steps"] = gpt2_steps
+    return yaml.safe_dump(params)
+
+
+def train_markers(root):
+    """The train phase's per-seed markers (tasks/common/paper_flow.py), by seed folder name."""
+    return {p.parent.name: p for p in (root / "models" / "arm_ebm").glob("seed*/train.json")}
+
+
+def seed_files(folder):
+    """(mtime, bytes) of every file a seed's training left (checkpoints and marker), by relative path."""
+    return {p.relative_to(folder).as_posix(): (p.stat().st_mtime_ns, p.read_bytes())
+            for p in sorted(folder.rglob("*")) if p.is_file()}

@@ -8,7 +8,7 @@ import pytest
 import yaml
 
 from tests.conftest import REPO, make_output_root
-from tests.pipeline.helpers import run_stage
+from tests.pipeline.helpers import project_env, run_stage
 
 
 def params_with(mutate) -> str:
@@ -85,3 +85,18 @@ def test_a_truncated_parquet_file_is_named_before_training(tmp_path):
     last = result.stderr.strip().splitlines()[-1]
     assert last.startswith(f"error: {victim}: not a readable parquet file") and "--phase data" in last
     assert not (root / "models" / "arm_ebm" / "seed0").exists()
+
+
+@pytest.mark.usefixtures("prefect_server")
+def test_a_damaged_mlflow_store_is_one_line_naming_the_file_and_how_to_move_it_aside(tmp_path):
+    """The stage's end of tasks/common/tracking.py's TrackingStoreError: exit 1, the last line names the file
+    and the `mv` that fixes it, no traceback (Prefect's engine log keeps its line, without the traceback)."""
+    root = make_output_root(tmp_path / "project")
+    store = root / "mlflow.db"
+    store.write_bytes(b"this is not a SQLite database, it was truncated or overwritten" * 100)
+    env = project_env(root, MLFLOW_TRACKING_URI=f"sqlite:///{store}")
+    result = run_stage(root, "arm_ebm", "--phase", "all", "--seeds", "0", env=env)
+    assert result.returncode == 1, result.stderr[-3000:]
+    last = result.stderr.strip().splitlines()[-1]
+    assert last.startswith(f"error: {store} is damaged (") and f"`mv {store} {store}.broken`" in last, last
+    assert "Traceback" not in result.stderr, result.stderr[-3000:]

@@ -14,28 +14,9 @@ import yaml
 
 from tasks.common.claims import NOT_TESTABLE, REPORT_ONLY
 from tests.conftest import REPO, make_output_root
-from tests.pipeline.helpers import project_env, run_stage
+from tests.pipeline.helpers import project_env, run_stage, seed_files, slow_smoke_params, train_markers
 
 pytestmark = pytest.mark.usefixtures("prefect_server")
-
-
-def slow_smoke_params(gpt2_steps: int = 400) -> str:
-    """Smoke params whose seeds train for a few seconds each, so a kill lands between seeds' trainings."""
-    params = yaml.safe_load((REPO / "params.yaml").read_text())
-    params["profile"] = "smoke"
-    params["arm_ebm"]["smoke"]["gpt2"]["steps"] = gpt2_steps
-    return yaml.safe_dump(params)
-
-
-def train_markers(root):
-    """The train phase's per-seed markers (tasks/common/paper_flow.py), by seed folder name."""
-    return {p.parent.name: p for p in (root / "models" / "arm_ebm").glob("seed*/train.json")}
-
-
-def seed_files(folder):
-    """(mtime, bytes) of every file a seed's training left (checkpoints and marker), by relative path."""
-    return {p.relative_to(folder).as_posix(): (p.stat().st_mtime_ns, p.read_bytes())
-            for p in sorted(folder.rglob("*")) if p.is_file()}
 
 
 def test_killed_run_resumes_without_redoing_finished_seeds(tmp_path):
@@ -163,21 +144,55 @@ def test_network_guard_catches_a_connection(tmp_path):
     assert "example.com" in record.read_text(), result.stdout + result.stderr
 
 
-def test_a_truncated_checkpoint_is_retrained_with_a_warning_naming_it(tmp_path):
-    """A checkpoint cut short after training (disk full, a bad copy) is never loaded: the train phase names the
-    file on one warning line and trains that seed again; an intact seed is reused (issue 21)."""
+@pytest.mark.parametrize("victim", ["gpt2_arm/model.safetensors", "train.json"])
+def test_a_truncated_checkpoint_or_marker_is_retrained_with_a_warning_naming_it(tmp_path, victim):
+    """A checkpoint or training record cut short after training (disk full, a bad copy) is never loaded: the
+    train phase names the file on one warning line and trains that seed again; an intact seed is reused
+    (issue 21)."""
     root = make_output_root(tmp_path / "project")
     env = project_env(root)
     seeds = ["--seeds", "0", "1"]
     assert run_stage(root, "arm_ebm", "--phase", "data", *seeds, env=env).returncode == 0
     assert run_stage(root, "arm_ebm", "--phase", "train", *seeds, env=env).returncode == 0
     intact = seed_files(root / "models" / "arm_ebm" / "seed1")
-    checkpoint = root / "models" / "arm_ebm" / "seed0" / "gpt2_arm" / "model.safetensors"
+    seed0 = root / "models" / "arm_ebm" / "seed0"
+    recorded = json.loads((seed0 / "train.json").read_text())["checkpoints"]
+    checkpoint = seed0 / "gpt2_arm" / "model.safetensors"
     whole = checkpoint.read_bytes()
-    checkpoint.write_bytes(whole[: len(whole) // 2])
+    damaged = seed0 / victim
+    damaged.write_bytes(damaged.read_bytes()[: damaged.stat().st_size // 2])
     again = run_stage(root, "arm_ebm", "--phase", "train", *seeds, env=env)
     assert again.returncode == 0, again.stderr[-3000:]
     warnings = [line for line in (again.stdout + again.stderr).splitlines() if "training again" in line]
-    assert len(warnings) == 1 and "seed 0" in warnings[0] and str(checkpoint) in warnings[0], warnings
+    assert len(warnings) == 1 and "seed 0" in warnings[0] and str(damaged) in warnings[0], warnings
     assert checkpoint.read_bytes() == whole  # retrained to the same bytes (seeded, deterministic)
+    assert json.loads((seed0 / "train.json").read_text())["checkpoints"] == recorded
     assert seed_files(root / "models" / "arm_ebm" / "seed1") == intact
+
+
+def test_params_changed_and_back_retrain_so_the_checkpoints_match_the_reported_params(tmp_path):
+    """Prefect's cache keeps a seed's result per params, so going back to earlier params finds it while models/
+    holds the checkpoints of the params in between. The training record's params hash is checked against the
+    run's: the seed is trained again, and its checkpoints and record are those of the params the run reports
+    (issue 21: files under models/ must describe the run that produced the claims)."""
+    root = make_output_root(tmp_path / "project", slow_smoke_params(20))
+    env = project_env(root)
+    seed0 = root / "models" / "arm_ebm" / "seed0"
+    assert run_stage(root, "arm_ebm", "--phase", "data", "--seeds", "0", env=env).returncode == 0
+
+    def train(steps: int) -> tuple[str, dict, bytes]:
+        (root / "params.yaml").write_text(slow_smoke_params(steps))
+        done = run_stage(root, "arm_ebm", "--phase", "train", "--seeds", "0", env=env)
+        assert done.returncode == 0, done.stderr[-3000:]
+        record = json.loads((seed0 / "train.json").read_text())
+        return done.stdout + done.stderr, record, (seed0 / "gpt2_arm" / "model.safetensors").read_bytes()
+
+    _, first, first_weights = train(20)
+    changed_log, changed, changed_weights = train(24)
+    assert changed_weights != first_weights, "control: the params change must change the trained weights"
+    assert "the params have changed" in changed_log
+    back_log, back, back_weights = train(20)
+    assert [line for line in back_log.splitlines() if "training again" in line and "the params have changed" in line]
+    assert back["params_hash"] == first["params_hash"] != changed["params_hash"]
+    assert back_weights == first_weights and back["checkpoints"] == first["checkpoints"]
+    assert back["result"]["curves"] == first["result"]["curves"]
