@@ -61,9 +61,11 @@ def run_stage(slug: str, phase: str, profile: str | None, seeds: list[int] | Non
     flow = with_runner(load_flow(slug), runner if phase != "data" else "threads", dask_address)
     from flows.servers import start_embedded_prefect, using_prefect_api
     from tasks.common import interrupts
-    from tasks.common.paper_flow import RunError
+    from tasks.common.paper_flow import RunError, say_user_errors_once
     from tasks.common.tracking import TrackingStoreError
 
+    # This command prints a user error as its last line (below): the terminal need not show Prefect's copies.
+    say_user_errors_once()
     previous_handlers = interrupts.install()
     try:
         # After install(): a Ctrl-C while the embedded server starts stops it too.

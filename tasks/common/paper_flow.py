@@ -72,10 +72,39 @@ class UserErrorTracebackFilter(logging.Filter):
         from tasks.common.params import ParamsError
         from tasks.common.tracking import TrackingStoreError
 
+        user_errors = (RunError, TrackingStoreError, ParamsError)
         error = record.exc_info[1] if record.exc_info else None
-        if isinstance(error, RunError | TrackingStoreError | ParamsError):
+        if isinstance(error, user_errors):
             record.exc_info, record.exc_text = None, None
+            setattr(record, USER_ERROR_RECORD, True)
+        elif record.levelno >= logging.INFO and any(f"{kind.__name__}: " in record.getMessage()
+                                                    for kind in user_errors):
+            # The engine's "Finished in state Failed('... RunError: <message>')" line repeats it once more.
+            setattr(record, USER_ERROR_RECORD, True)
         return True
+
+
+# ``extra`` of a flow-run log record that reports a user error the command line prints itself (flows/stage.py).
+USER_ERROR_RECORD = "repro_user_error"
+
+
+class DropUserErrorRecords(logging.Filter):
+    """On the terminal's log handlers of a command that prints a user error as its own last line: drop Prefect's
+    two records of the same error, so the terminal says it once (the Prefect UI still gets both)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not getattr(record, USER_ERROR_RECORD, False)
+
+
+def say_user_errors_once() -> None:
+    """Install ``DropUserErrorRecords`` on Prefect's terminal handlers (once each)."""
+    from prefect.logging.handlers import PrefectConsoleHandler
+
+    for name in ("", "prefect", "prefect.flow_runs"):
+        for handler in logging.getLogger(name).handlers:
+            if isinstance(handler, PrefectConsoleHandler) and not any(
+                    isinstance(f, DropUserErrorRecords) for f in handler.filters):
+                handler.addFilter(DropUserErrorRecords())
 
 
 def quiet_user_error_tracebacks() -> None:
