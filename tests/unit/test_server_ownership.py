@@ -105,7 +105,8 @@ def test_stop_group_kills_a_server_deaf_to_sigterm_after_the_wait():
     process = _start_group(DEAF_TO_SIGTERM, port)
     started = time.monotonic()
     servers.stop_group(process.pid, port, wait_s=1.5)
-    assert 1.5 <= time.monotonic() - started < 8
+    waited = time.monotonic() - started
+    assert waited >= 1.5 and waited < 8, waited  # the full grace period, then SIGKILL
     assert servers.port_free(port) and not servers.group_alive(process.pid)
 
 
