@@ -33,9 +33,16 @@ def page(tmp_path_factory):
     axis.set_xlabel("step")
     axis.legend()
     (reports / WITH_FIGURE / "figures").mkdir()
-    # dpi explicit: tasks/common/figures sets matplotlib's savefig.dpi for the papers' figures
-    figure.savefig(reports / WITH_FIGURE / "figures" / "nll_curves.png", dpi=100)
+    # dpi and bbox explicit: tasks/common/figures sets matplotlib's savefig.dpi and savefig.bbox="tight" for the
+    # papers' figures, process-wide, once any paper's figures were drawn earlier in the test session; a tight
+    # crop made this 900-pixel figure 757 pixels wide (the test then failed only inside the full session).
+    with matplotlib.rc_context({"savefig.bbox": "standard"}):
+        figure.savefig(reports / WITH_FIGURE / "figures" / "nll_curves.png", dpi=100)
     plt.close(figure)
+    from PIL import Image
+
+    with Image.open(reports / WITH_FIGURE / "figures" / "nll_curves.png") as image:
+        assert image.width == 900, image.size  # the premise of the width check in the browser
     _, html_path = build_index([WITH_FIGURE, WITHOUT_FIGURE], reports)
     return html_path
 
