@@ -60,6 +60,14 @@ LONG = [
 SCENARIOS = QUICK + [pytest.param(s, marks=pytest.mark.slow, id=str(s)) for s in LONG]
 
 
+def default_signals() -> None:
+    """In the run's process before exec: the signals under test at their default disposition, as in a terminal.
+    A test session started under nohup or as a background job would hand them over ignored, and the handler
+    rightly leaves an ignored signal ignored."""
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, signal.SIG_DFL)
+
+
 def run_env(root: Path, scenario: Scenario, request: pytest.FixtureRequest) -> dict[str, str]:
     """The run's environment: its own MLflow store (to find its parent run), and either the session's Prefect
     server or none (the embedded server then keeps its database in the root's PREFECT_HOME)."""
@@ -158,8 +166,8 @@ def test_a_signal_stops_the_run_within_seconds_ends_its_helpers_and_a_rerun_resu
     # end would wait for that process instead of the run.
     log = tmp_path / "stderr.log"
     with log.open("w") as stderr_file:
-        process = subprocess.Popen(command, cwd=root, env=env, start_new_session=True, stdout=subprocess.DEVNULL,
-                                   stderr=stderr_file)
+        process = subprocess.Popen(command, cwd=root, env=env, start_new_session=True, preexec_fn=default_signals,
+                                   stdout=subprocess.DEVNULL, stderr=stderr_file)
     try:
         wait_until_in(scenario, root, process, log)
         helpers = [p for p in processes_of(root) if p.pid != process.pid]

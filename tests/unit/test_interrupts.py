@@ -23,8 +23,9 @@ CHILD = textwrap.dedent("""
     from tasks.common import interrupts
 
     sig, ignore_first, stubborn = signal.Signals[sys.argv[1]], sys.argv[2] == "ignored", sys.argv[3] == "stubborn"
-    if ignore_first:
-        signal.signal(sig, signal.SIG_IGN)
+    # Set either way: a test session started under nohup (or as a background job) hands its children SIGHUP
+    # (SIGINT) already ignored, which the handler rightly leaves ignored.
+    signal.signal(sig, signal.SIG_IGN if ignore_first else signal.SIG_DFL)
     interrupts.SERVER_STOP_S = 1.0
     server = SubprocessASGIServer(port=1)
     ignore_term = "trap '' TERM; " if stubborn else ""  # an ignored signal stays ignored through exec
