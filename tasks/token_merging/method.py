@@ -315,6 +315,14 @@ class Block(nn.Module):
         out = out.transpose(1, 2).reshape(state.x.shape)
         return state.x + self.out(out), k.mean(dim=1)
 
+    def attend_fused(self, x: torch.Tensor) -> torch.Tensor:
+        """Residual after plain (unmerged) attention through torch's fused scaled-dot-product kernel: the
+        function of ``attend`` with every size 1 and mode "none", up to float rounding (training only)."""
+        h = self.norm1(x)
+        q, k, v = (self.split_heads(layer(h)) for layer in (self.query, self.key, self.value))
+        out = F.scaled_dot_product_attention(q, k, v).transpose(1, 2).reshape(x.shape)
+        return x + self.out(out)
+
     def feed_forward(self, x: torch.Tensor) -> torch.Tensor:
         return x + self.fc2(F.gelu(self.fc1(self.norm2(x))))
 
@@ -387,6 +395,14 @@ class MergeViT(nn.Module):
             x, _ = block.attend(state, PLAIN, 1.0)
             state = replace(state, x=block.feed_forward(x))
         return self.head(self.norm(state.x[:, 0]))
+
+    def forward_fused(self, images: torch.Tensor) -> torch.Tensor:
+        """``forward`` with fused attention (equal up to float rounding): about 4x cheaper attention at 256
+        tokens on a CPU, for training the scene ViT. Evaluation always uses ``forward_merged``."""
+        x = self.embed(images)
+        for block in self.blocks:
+            x = block.feed_forward(block.attend_fused(x))
+        return self.head(self.norm(x[:, 0]))
 
     def forward_merged(self, images: torch.Tensor, method: MergeMethod, schedule: list[int]) -> MergedForward:
         """Training-free merging: after block l's attention, remove ``schedule[l]`` tokens."""
