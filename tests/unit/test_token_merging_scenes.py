@@ -102,18 +102,18 @@ def test_scene_noise_has_the_configured_spread():
 
 def test_scene_config_errors_name_the_key():
     raw = params_section("token_merging")["cpu"]
+    scenes = raw["data"] | {"image_size": 32, "scene": {"layout": "quadrants", "noise_std": 0.0}}
+    assert CONFIG.model_validate(raw | {"data": scenes}).data.scene.layout == "quadrants"
     with pytest.raises(ValueError, match="a scene canvas must be at least 16"):
-        CONFIG.model_validate(raw | {"data": raw["data"] | {"image_size": 8}})
+        CONFIG.model_validate(raw | {"data": scenes | {"image_size": 8}})
     with pytest.raises(ValueError, match="at most 32 for upsampled digits"):
-        digits = {k: v for k, v in raw["data"].items() if k != "scene"}
-        CONFIG.model_validate(raw | {"data": digits | {"image_size": 64}})
+        CONFIG.model_validate(raw | {"data": raw["data"] | {"image_size": 64}})
     with pytest.raises(ValueError, match="layout"):
-        CONFIG.model_validate(raw | {"data": raw["data"] | {"scene": {"layout": "grid"}}})
+        CONFIG.model_validate(raw | {"data": scenes | {"scene": {"layout": "grid"}}})
 
 
-def test_cpu_profile_is_a_256_token_scene_test_bed():
+def test_cpu_profile_is_a_256_token_test_bed():
     cfg = CONFIG.model_validate(params_section("token_merging")["cpu"])
-    assert cfg.data.scene is not None
     assert (cfg.data.image_size // cfg.vit.patch_size) ** 2 >= 256
 
 
