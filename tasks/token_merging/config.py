@@ -68,6 +68,8 @@ class TrainConfig(ProfileConfig):
     max_shift: int = Field(default=1, ge=0, le=3, description="random +-shift augmentation in pixels")
     fused_attention: bool = Field(default=False, description="train through torch's fused attention "
                                   "(MergeViT.forward_fused: same function, float rounding differs)")
+    warmup_fraction: float | None = Field(default=None, gt=0, le=0.5, description="share of the optimiser "
+                                          "steps in linear warm-up; unset keeps total // 20 (the committed runs)")
 
 
 class MergeSweepConfig(ProfileConfig):

@@ -25,6 +25,12 @@ def lr_factor(step: int, total: int, warmup: int) -> float:
     return min((step + 1) / warmup, 0.5 * (1 + math.cos(math.pi * min(1.0, step / total))))
 
 
+def warmup_steps(total: int, fraction: float | None) -> int:
+    """Length of the linear warm-up: ``fraction`` of the ``total`` optimiser steps (rounded, at least 1); unset,
+    ``total // 20``, the rule of the committed runs (so their weights stay bit-identical)."""
+    return max(1, total // 20 if fraction is None else round(total * fraction))
+
+
 EpochImages = Callable[[torch.Generator], tuple[torch.Tensor, torch.Tensor]]
 
 
@@ -36,7 +42,7 @@ def train_vit(model: method.MergeViT, train: TrainConfig, images: torch.Tensor, 
     generator = torch.Generator().manual_seed(seed)
     optimiser = torch.optim.AdamW(model.parameters(), lr=train.lr, weight_decay=train.weight_decay)
     total = train.epochs * math.ceil(len(labels) / train.batch_size)
-    warmup = max(1, total // 20)
+    warmup = warmup_steps(total, train.warmup_fraction)
     schedule = torch.optim.lr_scheduler.LambdaLR(optimiser, lambda step: lr_factor(step, total, warmup))
     model.train()
     losses = []
