@@ -107,7 +107,10 @@ def make_item(cfg: ProceduralDataConfig, n: int, rng: np.random.Generator, *, co
 
 
 def training_item(cfg: ProceduralDataConfig, rng: np.random.Generator) -> dict[str, Any]:
-    """A training item: controls and masked items get a random target (no evidence: the prior is 1/2)."""
+    """A training item: controls and masked items get a random target (no evidence: the prior is 1/2).
+
+    A masked item has the value of every chunk masked (``mask_all_values`` at training time), as a skeleton
+    has: the model learns what an erased evidence set looks like [project design; README, deviation 5]."""
     n = int(rng.integers(cfg.train_n_min, cfg.train_n_max + 1))
     control = bool(rng.random() < cfg.control_fraction)
     item = make_item(cfg, n, rng, control=control, primacy=bool(rng.random() < cfg.primacy_fraction))
@@ -211,12 +214,17 @@ def item_arrays(frame: pl.DataFrame, vocab: Vocabulary) -> ItemArrays:
                       frame["is_control"].to_numpy(), frame["masked"].to_numpy(), frame["dose"].to_numpy())
 
 
-def mask_relevant_values(items: ItemArrays, vocab: Vocabulary, where: np.ndarray | None = None) -> np.ndarray:
-    """Chunk triples with the value of every relevant chunk replaced by ``[M]`` (rows ``where``, default all)."""
+def mask_all_values(items: ItemArrays, vocab: Vocabulary, where: np.ndarray | None = None) -> np.ndarray:
+    """Chunk triples with the value of EVERY chunk replaced by ``[M]`` (rows ``where``, default all).
+
+    The skeleton of Algorithm 1 erases the evidence; a user of the method does not know which chunks are
+    relevant, so every chunk's value is erased (as the official toolkit's evidence-erase skeleton blanks the
+    whole evidence field). Entity and attribute stay: the skeleton keeps the prompt's structure. Gold
+    relevance (``items.relevant``) is never read.
+    """
     tokens = items.chunk_tokens.copy()
     rows = np.ones(len(tokens), dtype=bool) if where is None else np.asarray(where, dtype=bool)
-    erase = items.relevant & rows[:, None]
-    tokens[..., 2][erase] = vocab.mask
+    tokens[rows, :, 2] = vocab.mask
     return tokens
 
 
