@@ -130,7 +130,8 @@ def survey_claims(result: SeedResult) -> dict[str, float]:
         at_k = [r for r in rows if r["label"] == label and r["converged"]]
         for subset in ("random", "inverting"):
             chosen = [r for r in at_k if r[subset]]
-            inverts = method.self_inverts([r["sampled_dA1"] for r in chosen], [r["analytic_isolated_dA"] for r in chosen])
+            inverts = method.self_inverts([r["sampled_dA1"] for r in chosen],
+                                          [r["analytic_isolated_dA"] for r in chosen])
             metrics[f"survey_{subset}_inverting_{label}"] = float(np.sum(inverts))
             metrics[f"survey_{subset}_trials_{label}"] = float(len(chosen))
             metrics[f"survey_{subset}_rate_{label}"] = float(np.mean(inverts)) if chosen else float("nan")
