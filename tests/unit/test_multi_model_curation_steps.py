@@ -133,6 +133,8 @@ def test_claim_signs_are_the_analytic_prediction():
         if claim.check is None or claim.check.op != "sign" or not ("_dA" in claim.metric or "_dsum" in claim.metric):
             continue
         name, _, rest = claim.metric.rpartition("_d")
+        # The mixture test (C8a-c) and its single-Gaussian control check the Gaussian K -> inf signs too.
+        name = name.removeprefix("mixture_").removeprefix("gaussian_control_")
         if name == "self_invert_isolated":
             expected = np.sign(isolated[0])
         elif rest.startswith("sum"):
@@ -141,7 +143,8 @@ def test_claim_signs_are_the_analytic_prediction():
             expected = np.sign(analytic[name][int(rest[1]) - 1])
         assert claim.check.value == expected, claim.metric
         checked += 1
-    assert checked == 6 + 4  # 6 claims (decided at K = 64), 4 preconditions
+    # 6 claims decided at K = 64 and their 4 preconditions; C8a-c and their 4 preconditions
+    assert checked == 6 + 4 + 3 + 4
 
 
 def test_stale_data_fails_with_the_key(smoke_results, tmp_path):
