@@ -115,6 +115,46 @@ def divergent_claims(rows: list[dict]) -> dict[str, float]:
             "c1_divergent_sampled_worst_margin": max(margins)}
 
 
+def survey_claims(result: SeedResult) -> dict[str, float]:
+    """C7a-e (issue 19, item 1): self-inversion among configurations drawn from ``method.ConfigPrior``.
+
+    K -> infinity: the rate of inverting draws among the converged draws (their counts are the evaluation's
+    metrics ``survey_kinf_inverting`` / ``survey_kinf_trials``). Sampled at K (labels
+    ksmall / klarge, table ``survey_sampled``): among the seed's first i.i.d. draws (``random``), those whose
+    sampled ΔA_1 < 0 while the isolated counterpart gains at K -> infinity (``method.self_inverts``); among
+    the first K -> infinity self-inverting draws (``inverting``), those that still self-invert when sampled."""
+    metrics = {"survey_kinf_rate": result.metrics["survey_kinf_inverting"] / result.metrics["survey_kinf_trials"]}
+    rows = result.tables["survey_sampled"]
+    for label in K_LABELS:
+        at_k = [r for r in rows if r["label"] == label and r["converged"]]
+        for subset in ("random", "inverting"):
+            chosen = [r for r in at_k if r[subset]]
+            inverts = method.self_inverts([r["sampled_dA1"] for r in chosen],
+                                          [r["analytic_isolated_dA"] for r in chosen])
+            metrics[f"survey_{subset}_inverting_{label}"] = float(np.sum(inverts))
+            metrics[f"survey_{subset}_trials_{label}"] = float(len(chosen))
+            metrics[f"survey_{subset}_rate_{label}"] = float(np.mean(inverts)) if chosen else float("nan")
+    return metrics
+
+
+def mixture_claims(result: SeedResult, components: int) -> dict[str, float]:
+    """C8a-c (issue 19, item 2): the chords ΔA_i/Δbeta_1 of self-invert with ``components``-Gaussian generators
+    (``mixture_*``) and of the single-Gaussian control at the same sizes (``gaussian_control_*``), model 1's
+    isolated chord for both, and the mixture's log-likelihood gain over a single Gaussian on model 1's training
+    data at the high beta_1 (table ``mixture_self_invert``)."""
+    low, high = BETA1_RANGE["self_invert"]
+    metrics = {}
+    for prefix, g in (("mixture", components), ("gaussian_control", 1)):
+        ends = sorted((r for r in result.tables["mixture_self_invert"] if r["components"] == g),
+                      key=lambda r: r["beta1"])
+        for key, name in (("A1", "dA1"), ("A2", "dA2"), ("isolated_A", "isolated_dA")):
+            metrics[f"{prefix}_self_invert_{name}"] = (ends[1][key] - ends[0][key]) / (high - low)
+        metrics[f"{prefix}_self_invert_dsum"] = metrics[f"{prefix}_self_invert_dA1"] + metrics[
+            f"{prefix}_self_invert_dA2"]
+        metrics[f"{prefix}_loglik_gain_model1"] = ends[1]["loglik_gain_1"]
+    return metrics
+
+
 def stationary_curves(result: SeedResult, prefix: str, n_models: int) -> np.ndarray:
     """The per-model curves ``<prefix>_A<i>`` as one (rounds + 1, N) array."""
     return np.stack([np.array(result.curves[f"{prefix}_A{i + 1}"]) for i in range(n_models)], axis=1)
@@ -146,6 +186,10 @@ def claim_metrics(config: MultiModelCurationConfig, result: SeedResult) -> dict[
         coupled = coupled_claims(tables["sampled_fixed_points"], result.metrics)
         metrics |= coupled | isolated_control_claims(result, coupled["dampen_dA1_klarge"])
         metrics |= divergent_claims(tables["divergent_sampled"])
+    if config.survey is not None:
+        metrics |= survey_claims(result)
+    if config.mixture is not None:
+        metrics |= mixture_claims(result, config.mixture.components)
     if config.neural is not None:
         metrics |= neural_claims(result, config.neural.burn_in)
     if config.hub is not None:
