@@ -75,6 +75,20 @@ def sobol_pool(dim: int, size: int, seed: int) -> np.ndarray:
     return qmc.Sobol(dim, scramble=True, seed=seed).random_base2(int(math.log2(size)))
 
 
+def grid_pool(dim: int, per_axis: int) -> np.ndarray:
+    """The centres of a regular grid of ``per_axis``^d cells on [0, 1]^d (row-major): a pool whose
+    covering radius is known exactly (``grid_covering_radius``), unlike a Sobol pool's."""
+    if per_axis < 1:
+        raise ValueError(f"per_axis must be >= 1, got {per_axis}")
+    axis = (np.arange(per_axis) + 0.5) / per_axis
+    return np.stack(np.meshgrid(*([axis] * dim), indexing="ij"), axis=-1).reshape(-1, dim)
+
+
+def grid_covering_radius(dim: int, per_axis: int) -> float:
+    """Exact covering radius of ``grid_pool``: half the diagonal of a cell, sqrt(d) / (2 per_axis)."""
+    return math.sqrt(dim) / (2.0 * per_axis)
+
+
 def covering_radius_estimate(pool: np.ndarray, n_probes: int, seed: int) -> float:
     """h: the largest distance from a uniform probe to its nearest pool point (a Monte-Carlo lower
     estimate of the pool's covering radius; used to report eps_t + L h, item 4)."""
@@ -190,12 +204,15 @@ class CertificateGuidedPruning:
     the top-U active points (item 5); an already-sampled maximiser is re-sampled.
     """
 
-    def __init__(self, dim: int, settings: CGPSettings, seed: int):
+    def __init__(self, dim: int, settings: CGPSettings, seed: int, pool: np.ndarray | None = None):
         self.dim = dim
         self.settings = settings
         self.lipschitz = settings.lipschitz
         self.rng = np.random.default_rng(seed)
-        self.pool = sobol_pool(dim, settings.pool_size, seed)
+        if pool is not None and (pool.ndim != 2 or pool.shape[1] != dim):
+            raise ValueError(f"pool must have shape (n, {dim}), got {pool.shape}")
+        # The default pool is a Sobol pool of settings.pool_size; a given pool (e.g. ``grid_pool``) replaces it.
+        self.pool = sobol_pool(dim, settings.pool_size, seed) if pool is None else np.asarray(pool, dtype=float)
         self.active = np.ones(len(self.pool), dtype=bool)
         self.samples = SampleStore(dim)
         self._pool_distances = DistanceColumns(self.pool)
@@ -232,10 +249,40 @@ class CertificateGuidedPruning:
 
     @property
     def gap(self) -> float:
-        """eps_t = max_{x in A_t} U_t(x) - l_t over the active pool (item 4); 0 when the pool is empty."""
-        if not self.active.any():
-            return 0.0
+        """eps_t = max_{x in A_t} U_t(x) - l_t over the active pool (item 4); +inf (no certificate) when
+        no sample has been taken or the active pool is empty.
+
+        An empty active *pool* does not mean an empty active *set*: on a steep function the region
+        {U_t >= l_t} around x* can be narrower than the pool's spacing, so every pool point is pruned
+        while x* (on the good event) is not. The pool then says nothing about max_{A_t} U_t, and a gap
+        of 0 there was a false certificate (issue 18): the true regret of x_hat_t stayed positive while
+        ``should_stop`` fired. ``covered_gap`` is the bound that stays valid in that case."""
+        if self.samples.size == 0 or not self.active.any():
+            return math.inf
         return float(max(0.0, self._pool_upper[self.active].max() - self.lower))
+
+    def covered_gap(self, covering_radius: float) -> float:
+        """eps_t^+ = max {U_t(p) : p in pool, U_t(p) >= l_t - L h} + L h - l_t, an upper bound on
+        max_{x in A_t} U_t(x) - l_t over the *continuous* active set, valid whenever ``covering_radius``
+        h is at least the pool's covering radius (every x of the cube within h of a pool point;
+        ``grid_covering_radius`` gives it exactly for a grid pool). [reconstructed: the project's
+        correction of item 4's pool estimate.]
+
+        Why it is valid: U_t is L-Lipschitz (a minimum of L-Lipschitz cones), so for x in A_t and its
+        nearest pool point p, U_t(p) >= U_t(x) - L h >= l_t - L h (p is in the maximised set) and
+        U_t(x) <= U_t(p) + L h. The set is never empty on the good event (x* in A_t), and it uses the
+        un-intersected envelope, a superset of the monotone A_t, so it is conservative. +inf with no
+        sample; 0 is never returned unless L h = 0 and U_t = l_t on the set."""
+        if covering_radius < 0:
+            raise ValueError(f"covering_radius must be >= 0, got {covering_radius}")
+        if self.samples.size == 0:
+            return math.inf
+        slack = self.lipschitz * covering_radius
+        lower = self.lower
+        near = self._pool_upper >= lower - slack
+        if not near.any():  # impossible on the good event: no certificate rather than a false one
+            return math.inf
+        return float(max(0.0, self._pool_upper[near].max() + slack - lower))
 
     def recommend(self) -> np.ndarray:
         """x_hat_t = argmax_i (mu_hat_i - c_i): f* - f(x_hat) <= eps_t on the good event (item 4)."""
@@ -244,8 +291,9 @@ class CertificateGuidedPruning:
         return self.samples.points[int(np.argmax(self.samples.means - self.radii))].copy()
 
     def should_stop(self, target_gap: float) -> bool:
-        """Stopping rule of item 4: eps_t <= target."""
-        return self.samples.size > 0 and self.gap <= target_gap
+        """Stopping rule of item 4: eps_t <= target. Never with an empty active pool (``gap`` is +inf
+        there: the pool cannot certify a region it no longer represents)."""
+        return self.samples.size > 0 and bool(self.active.any()) and self.gap <= target_gap
 
     # -- ask / tell ---------------------------------------------------------------------------------
     def ask(self) -> np.ndarray:
