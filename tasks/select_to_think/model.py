@@ -166,13 +166,16 @@ def scorer_counts(model: Any, groups: method.CandidateGroups, reserved: Sequence
 def scorer_teacher_count(model: Any, groups: method.CandidateGroups, reserved: Sequence[int], batch_groups: int,
                          pad_id: int = 0) -> float:
     """Held-out groups on which the bin scores' argmax is the teacher's candidate (the LLM's argmax over the
-    group's candidates)."""
+    group's candidates). Ties at the top score count 1 / (number tied) when the teacher's candidate is among
+    them (a random tie-break), so a collapsed scorer (every score equal) gets chance, 1 / K, not the SLM's top-1
+    that ``argmax`` would return."""
     teacher = groups.teacher_probs.argmax(-1)
-    picks = []
+    total = 0.0
     for start in range(0, len(groups), batch_groups):
         part = groups.subset(torch.arange(start, min(start + batch_groups, len(groups))))
         with torch.no_grad():
             scores = method.candidate_scores(model, part.prefixes, part.lengths, part.candidates, reserved, pad_id)
-        picks.append(scores.argmax(-1).to(teacher.device))
-    pick = torch.cat(picks) if picks else torch.zeros_like(teacher)
-    return float((pick == teacher).sum())
+        top = scores == scores.max(-1, keepdim=True).values
+        chosen = top.gather(-1, teacher[start:start + len(part), None].to(top.device)).squeeze(-1)
+        total += float((chosen.double() / top.sum(-1).double()).sum())
+    return total

@@ -254,3 +254,43 @@ def test_scorer_chance_and_frozen_scorer_metrics_exact():
     assert out["local_frozen_scorer_teacher_rate"] == 0.05
     assert out["local_frozen_scorer_minus_chance"] == pytest.approx(-0.05)  # below chance: precondition not met
     assert out["local_frozen_entropy_over_greedy"] == 1.25 and out["local_frozen_entropy_minus_maj"] == 0.25
+
+
+class _LikedTokenBins(torch.nn.Module):
+    """Score bins that say 1 for token ``liked`` and 0 for any other candidate (all tied when it is absent)."""
+
+    def __init__(self, liked: int):
+        super().__init__()
+        self.liked = liked
+
+    def forward(self, input_ids):
+        logits = torch.zeros(*input_ids.shape, BASE + N_BINS)
+        top = torch.where(input_ids == self.liked, BASE + N_BINS - 1, BASE)
+        logits.scatter_(-1, top[..., None], 50.0)
+        return type("Out", (), {"logits": logits})()
+
+
+def tie_check() -> bool:
+    """Three groups of 3 candidates; the teacher prefers slot 0, 1, 0. A scorer that likes an absent token ties
+    every candidate: 1/3 per group (1.0 in all), not the 2 groups argmax-on-ties (slot 0, the SLM's top-1) would
+    give. A scorer that likes token 4 picks slot 1 in group 2 (the teacher's: 1) and ties the others (1/3 each)."""
+    candidates = torch.tensor([[3, 5, 7], [3, 4, 7], [5, 3, 7]])
+    teacher = torch.tensor([[0.6, 0.3, 0.1], [0.2, 0.7, 0.1], [0.5, 0.4, 0.1]])
+    groups = method.CandidateGroups(torch.ones(3, 4, dtype=torch.long), torch.tensor([2, 3, 4]), candidates, teacher)
+    collapsed = model.scorer_teacher_count(_LikedTokenBins(9), groups, RESERVED, batch_groups=2)
+    liked = model.scorer_teacher_count(_LikedTokenBins(4), groups, RESERVED, batch_groups=2)
+    return math.isclose(collapsed, 1.0) and math.isclose(liked, 1 + 2 / 3)
+
+
+def test_scorer_teacher_count_breaks_ties_at_random():
+    assert tie_check()
+
+
+def test_negative_control_argmax_on_ties_favours_the_slm_top1(monkeypatch):
+    def argmax_count(net, groups, reserved, batch_groups, pad_id=0):
+        with torch.no_grad():
+            scores = method.candidate_scores(net, groups.prefixes, groups.lengths, groups.candidates, reserved, pad_id)
+        return float((scores.argmax(-1) == groups.teacher_probs.argmax(-1)).sum())
+
+    monkeypatch.setattr(model, "scorer_teacher_count", argmax_count)
+    assert not tie_check()
