@@ -116,7 +116,7 @@ def test_write_data_outputs(smoke_run):
 
 
 def test_steps_return_every_claim_metric(smoke_run):
-    _, root, _, (trained, evaluated, result) = smoke_run
+    cfg, root, _, (trained, evaluated, result) = smoke_run
     claims = load_claims(TASK_DIR / "claims.yaml")
     needed = set()
     for c in claims:
@@ -132,21 +132,28 @@ def test_steps_return_every_claim_metric(smoke_run):
     assert result.metrics["zoh_vs_rk4_max_abs_error"] <= 1e-5
     weights = sorted(p.name for p in (root / "models" / "seed0").iterdir())
     assert weights == sorted(f"lotka_volterra_{m}.safetensors" for m in (
-        "ltc_L1", "coda_L1", "gru_L1", "ltc_L2", "coda_L2", "coda_converted_L1", "coda_converted_L2",
+        "ltc_L1", "coda_L1", "gru_dense_L1", "gru_L1", "ltc_L2", "coda_L2", "coda_converted_L1", "coda_converted_L2",
         "coda_distilled_L1", "coda_distilled_L2"))
     assert {(r["model"], r["layers"]) for r in trained.tables["training"]} == {
         (r["model"], r["layers"]) for r in evaluated.tables["models"]}
+    # C3c's untrained 1- and 2-layer stacks, costed on the cost task
+    assert sorted((r["model"], r["layers"]) for r in evaluated.tables["costs"]) == [
+        ("coda", 1), ("coda", 2), ("ltc", 1), ("ltc", 2)]
+    # every model early-stopped within max_epochs, with its validation curve logged
+    assert all(1 <= r["epochs"] <= cfg.train.max_epochs for r in trained.tables["training"])
+    assert all(len(trained.curves[f"val_loss_{r['task']}_{r['model']}_L{r['layers']}"]) == r["epochs"]
+               for r in trained.tables["training"])
 
 
 def test_paper_only_claims_are_the_lfm_ones_and_the_one_task_studies():
-    """C4a-c need the LFM study; C3b and C3d run on one task per seed at cpu (too few trials to decide) and on
-    every task at the paper profile."""
+    """C4a-c need the LFM study; C3b and C3d do not run at cpu (the budget trains the 1-layer models to
+    convergence, README) and run on every task at the paper profile."""
     claims = load_claims(TASK_DIR / "claims.yaml")
     assert {c.metric for c in claims if c.profiles == ["paper"]} == {
         "lfm_train_speedup", "lfm_inference_speedup", "lfm_perplexity_ratio", "two_layer_parity_fraction",
         "converted_parity_fraction"}
     cpu, paper = (CONFIG.model_validate(params_section("coda")[p]) for p in ("cpu", "paper"))
-    assert len(cpu.study.two_layer_tasks) == len(cpu.study.convert_tasks) == 1
+    assert cpu.study.two_layer_tasks == cpu.study.convert_tasks == []
     assert paper.study.two_layer_tasks == paper.study.convert_tasks == paper.data.tasks
 
 
