@@ -89,7 +89,8 @@ def epochs_to_target(val_curve: list[float], target: float) -> int:
 def ablation_metrics(coda: dict[str, dict], ablation: dict[str, dict], cfg: CodaConfig) -> dict[str, float]:
     """The no-ODE ablation (claims C2c, C2d, C2e; README, "Ablation"). Accuracy: per task, the linear ODE
     matters when the ablation (GRU + dense, matched parameters) is NOT at parity with CoDA, by C3a's rule with
-    CoDA as the reference; preconditions: CoDA learned above chance, both converged. Cost: the parameter
+    CoDA as the reference; preconditions: CoDA learned above chance, both converged, and (post hoc) the
+    ablation learned above chance. Cost: the parameter
     mismatch |P_ablation / P_coda - 1| (largest over tasks); per task the CoDA / ablation ratio of FLOPs and of
     paired wall-clock time per training step, and of training FLOPs to a matched accuracy target (the worse of
     the two best validation losses, which both reached: epochs to it x FLOPs per step; the same steps per
@@ -99,6 +100,10 @@ def ablation_metrics(coda: dict[str, dict], ablation: dict[str, dict], cfg: Coda
                              "ablation_trials", "ablation_parity_count", "coda_learned", "ablation_coda_converged")
     matters = metrics["ablation_trials"] - metrics["ablation_parity_count"]
     metrics |= {"ode_matters_count": matters, "ode_matters_fraction": matters / metrics["ablation_trials"]}
+    # post-hoc precondition (review of 2026-12-02): the ablation itself learned above chance, so that a miss is
+    # not just an ablation stuck at chance
+    above = float(sum(learned(ablation[t], cfg.study) for t in tasks))
+    metrics |= {"ablation_learned_count": above, "ablation_learned_fraction": above / metrics["ablation_trials"]}
     to_target = []
     for t in tasks:
         target = max(min(coda[t]["val_curve"]), min(ablation[t]["val_curve"]))

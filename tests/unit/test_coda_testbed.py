@@ -183,6 +183,10 @@ def test_ablation_metrics_exact():
     assert metrics["ode_matters_fraction"] == 0.5
     assert metrics["ablation_parity_count"] == 1.0
     assert metrics["coda_learned_count"] == 2.0 and metrics["ablation_coda_converged_count"] == 2.0
+    # the ablation above chance: LV 1.2 vs chance 10 (1.1 x 1.2 < 10: learned); occupancy 89 vs 50 (learned)
+    assert metrics["ablation_learned_count"] == 2.0 and metrics["ablation_learned_fraction"] == 1.0
+    at_chance = ablation | {"occupancy": ablation["occupancy"] | {"score": 51.0}}  # 50 >= 51 - 2: not learned
+    assert cm.ablation_metrics(coda, at_chance, cfg)["ablation_learned_count"] == 1.0
     assert metrics["ablation_parameter_mismatch_max"] == pytest.approx(0.05)  # |190/200 - 1| > |104/100 - 1|
     assert metrics["train_flops_ratio_coda_over_ablation_median"] == pytest.approx(2.5)  # median(3, 2)
     assert metrics["measured_train_time_ratio_coda_over_ablation_median"] == pytest.approx(4.0)  # median(6, 2)
@@ -198,6 +202,14 @@ def test_ablation_metric_fails_when_parity_is_read_the_wrong_way(monkeypatch):
     real = cm.parity_metrics
     monkeypatch.setattr(cm, "parity_metrics",
                         lambda pairs, *args: real([(ref, cand) for cand, ref in pairs], *args))
+    with pytest.raises(AssertionError):
+        test_ablation_metrics_exact()
+
+
+def test_ablation_learned_check_fails_when_learned_ignores_the_chance_score(monkeypatch):
+    """Negative control: a ``learned`` that calls every model learned (ignores the chance score) counts the
+    ablation at 51% against a 50% chance as learned, so the exact count above fails."""
+    monkeypatch.setattr(cm, "learned", lambda row, study: True)
     with pytest.raises(AssertionError):
         test_ablation_metrics_exact()
 
@@ -226,9 +238,95 @@ def test_depth_speedups_exact():
     assert metrics["measured_speedup_2layer_over_1layer_min"] == pytest.approx(0.8)
 
 
+def test_depth_speedup_check_fails_when_the_library_reads_the_depths_swapped(monkeypatch):
+    """Negative control in the library (review of 2026-12-02, finding 5): a ``find`` that returns the other
+    depth's row inverts the ratio, so the exact check fails."""
+    real = cm.find
+    monkeypatch.setattr(cm, "find", lambda rows, task, name, layers=1: real(rows, task, name, 3 - layers))
+    with pytest.raises(AssertionError):
+        test_depth_speedups_exact()
+
+
 def test_depth_speedup_check_fails_when_the_depths_are_swapped():
     """Negative control: reading the 1-layer rows as 2-layer ones inverts the ratio (LV 4/3)."""
     swapped = [row | {"layers": 3 - row["layers"]} for row in COSTS]
     with pytest.raises(AssertionError):
         assert cm.depth_speedups(swapped, ["lotka_volterra", "occupancy"])[
             "flops_speedup_2layer_over_1layer_min"] == pytest.approx(0.75)
+
+
+# ----------------------------------------------------------------------------------------------------
+# Claim C3c's FLOP arithmetic (evaluate.depth_costs), by hand on a tiny case (review of 2026-12-02, finding 1)
+# ----------------------------------------------------------------------------------------------------
+B, T, D_IN, U, UNFOLDS, N_OUT = 2, 3, 2, 4, 2, 2  # batch, steps, input width, LTC units, unfolds, outputs
+
+
+def tiny_task():
+    from tasks.coda import data
+
+    n = 2 * B  # B training rows, B test rows
+    gen = torch.Generator().manual_seed(0)
+    return data.TaskArrays(
+        name="tiny", kind="forecast", inputs=torch.randn(n, T, D_IN, generator=gen).numpy(),
+        dt=torch.full((n, T), 0.1).numpy(), targets=torch.randn(n, T, N_OUT, generator=gen).numpy(),
+        mask=torch.ones(n, T).numpy(), split=__import__("numpy").array(["train"] * B + ["test"] * B),
+        n_outputs=N_OUT)
+
+
+def tiny_config():
+    cfg = CONFIG.model_validate(params_section("coda")["smoke"])
+    return cfg.model_copy(update={
+        "model": cfg.model.model_copy(update={"ltc_units": U, "ode_unfolds": UNFOLDS, "coda_gru_hidden": 3,
+                                              "coda_rank": 2}),
+        "train": cfg.train.model_copy(update={"batch_size": B}),
+        "study": cfg.study.model_copy(update={"timing_batch": B, "timing_repeats": 1})})
+
+
+def hand_ltc_train_flops(layers: int) -> int:
+    """Matrix-product FLOPs of one LTC training step, by hand ((m x k) @ (k x n) = 2mkn forward; backward one
+    such product per operand that needs a gradient). Per layer of input width d: the input map (B T x d) @
+    (d x 2U): forward, weight gradient, and the input's gradient from layer 2 on (layer 1's input is data);
+    T x UNFOLDS synapse products (B x U) @ (U x 2U): forward and weight gradient each, the state's gradient for
+    all but the first (its state is the constant zero). Head (B T x U) @ (U x N_OUT): forward and both
+    gradients. Elementwise operations (sigmoid, softplus, the division of the unfold) are not counted."""
+    total, width = 0, D_IN
+    for layer in range(layers):
+        input_map = 2 * B * T * width * 2 * U
+        total += input_map * (2 + (layer > 0))
+        synapse = 2 * B * U * 2 * U
+        total += synapse * (2 * T * UNFOLDS + (T * UNFOLDS - 1))
+        width = U
+    return total + 3 * (2 * B * T * U * N_OUT)
+
+
+def check_depth_costs_ltc_flops() -> dict:
+    from tasks.coda import evaluate
+
+    task, cfg = tiny_task(), tiny_config()
+    split = model.task_splits(task, "cpu")
+    rows = {seed: evaluate.depth_costs(task, split, cfg, seed) for seed in (0, 1)}
+    for seed_rows in rows.values():
+        ltc = {r["layers"]: r["train_step_flops"] for r in seed_rows if r["model"] == "ltc"}
+        # 1 layer: input map 2*2*3*2*8 = 192 x 2; synapse 2*2*4*8 = 128 x (12 + 5); head 2*2*3*4*2 = 96 x 3
+        assert hand_ltc_train_flops(1) == 192 * 2 + 128 * 17 + 96 * 3 == 2848
+        assert ltc[1] == 2848
+        # 2 layers: + input map of width U 2*2*3*4*8 = 384 x 3 and another 128 x 17
+        assert ltc[2] == hand_ltc_train_flops(2) == 2848 + 384 * 3 + 128 * 17 == 6176
+    # the LTC's count does not depend on the weights (seed 0 and seed 1 give the same)
+    assert [r["train_step_flops"] for r in rows[0] if r["model"] == "ltc"] == \
+        [r["train_step_flops"] for r in rows[1] if r["model"] == "ltc"]
+    return rows
+
+
+def test_depth_costs_ltc_flops_exact():
+    rows = check_depth_costs_ltc_flops()
+    coda = {r["layers"]: r["train_step_flops"] for r in rows[0] if r["model"] == "coda"}
+    assert coda[2] > coda[1] > 0  # CoDA's count (ZOH series: weight-dependent squarings) is measured, not pinned
+
+
+def test_depth_costs_flop_check_fails_when_the_backward_is_not_counted(monkeypatch):
+    """Negative control: a training-step counter that misses the backward pass (forward FLOPs only) breaks
+    the hand count."""
+    monkeypatch.setattr(method, "training_step_flops", lambda m, x, dt, loss_fn: method.forward_flops(m, x, dt))
+    with pytest.raises(AssertionError):
+        check_depth_costs_ltc_flops()
