@@ -49,12 +49,25 @@ def test_epochs_since_improvement_check_fails_when_small_gains_move_the_referenc
         check_epochs_since_improvement()
 
 
-def test_has_converged_is_the_early_stopping_rule():
+def check_has_converged() -> None:
     rule = TrainConfig(max_epochs=10, patience=2, min_rel_improvement=0.02, batch_size=1, lr=0.1)
     assert cm.has_converged([1.0, 0.5, 0.6, 0.7], rule)
     assert not cm.has_converged([1.0, 0.5, 0.6], rule)  # one epoch without improvement: patience is 2
     assert not cm.has_converged([3.0, 2.0, 1.0], rule)  # still improving (stopped by max_epochs)
     assert cm.has_converged([1.0, 0.99, 0.985], rule)  # within 2% of the best for two epochs
+
+
+def test_has_converged_is_the_early_stopping_rule():
+    check_has_converged()
+
+
+def test_has_converged_check_fails_when_it_ignores_the_tolerance(monkeypatch):
+    """Negative control (review of 2026-12-02, finding 5): a rule that counts only epochs since the lowest loss
+    (tolerance ignored) calls the slow drift [1.0, 0.99, 0.985] still improving, so the check fails."""
+    monkeypatch.setattr(method, "epochs_since_improvement",
+                        lambda losses, tol: len(losses) - 1 - min(range(len(losses)), key=losses.__getitem__))
+    with pytest.raises(AssertionError):
+        check_has_converged()
 
 
 def test_patience_must_be_below_max_epochs():
@@ -137,15 +150,30 @@ def test_ablation_parameter_check_fails_when_the_ablation_keeps_the_coda_gru_wid
         check_ablation_parameters()
 
 
-def test_ablation_block_is_gru_then_dense_without_the_ode():
+def check_ablation_block() -> None:
     torch.manual_seed(0)
     block = method.GruDenseBlock(2, 4, 5)
     inputs = torch.randn(3, 6, 2)
     memory, _ = block.gru(inputs)
     expected = memory @ block.readout.weight.T + block.readout.bias
     assert torch.allclose(block(inputs, torch.full((3, 6), 0.1)), expected)
-    # no elapsed-time dependence: the ODE is what would carry Delta
+    # the block itself ignores the dt argument (no ODE); Delta still reaches it as the inputs' last feature
     assert torch.equal(block(inputs, torch.full((3, 6), 0.1)), block(inputs, torch.full((3, 6), 0.9)))
+
+
+def test_ablation_block_is_gru_then_dense_without_the_ode():
+    check_ablation_block()
+
+
+def test_ablation_block_check_fails_when_the_readout_drops_its_bias(monkeypatch):
+    """Negative control (finding 5): a GruDenseBlock whose read-out skips the bias breaks the exact forward."""
+    def no_bias(self, inputs, dt):
+        memory, _ = self.gru(inputs)
+        return memory @ self.readout.weight.T
+
+    monkeypatch.setattr(method.GruDenseBlock, "forward", no_bias)
+    with pytest.raises(AssertionError):
+        check_ablation_block()
 
 
 def test_model_plan_and_builder_include_the_ablation():
@@ -228,6 +256,15 @@ COSTS = [_cost("lotka_volterra", "ltc", 1, 60.0, 10.0), _cost("lotka_volterra", 
          _cost("lotka_volterra", "ltc", 2, 120.0, 20.0), _cost("lotka_volterra", "coda", 2, 40.0, 5.0),
          _cost("occupancy", "ltc", 1, 80.0, 8.0), _cost("occupancy", "coda", 1, 10.0, 4.0),
          _cost("occupancy", "ltc", 2, 160.0, 16.0), _cost("occupancy", "coda", 2, 16.0, 4.0)]
+
+
+def test_epochs_to_target_check_fails_when_off_by_one(monkeypatch):
+    """Negative control (finding 5): an epochs_to_target that counts from 0 changes the matched-target ratio
+    (LV (2 x 3)/(2 x 1) = 3, occupancy (1 x 2)/(3 x 1) = 2/3, median 1.83), so the exact check fails."""
+    monkeypatch.setattr(cm, "epochs_to_target",
+                        lambda curve, target: next((i for i, loss in enumerate(curve) if loss <= target), 0))
+    with pytest.raises(AssertionError):
+        test_ablation_metrics_exact()
 
 
 def test_depth_speedups_exact():
