@@ -294,3 +294,60 @@ def test_negative_control_argmax_on_ties_favours_the_slm_top1(monkeypatch):
 
     monkeypatch.setattr(model, "scorer_teacher_count", argmax_count)
     assert not tie_check()
+
+
+# ------------------------------------------------------------------------------------------------
+# Fix round of the 12-02 review: C5b / C6b carry C5's top-1 bar; C8b's metric covers the non-reserved rows
+# ------------------------------------------------------------------------------------------------
+
+def frozen_top1_check() -> bool:
+    """Held-out groups 20, frozen scorer 6 of them (0.3), SLM top-1 10 (0.5), chance 2 (0.1): the frozen scorer is
+    above chance (+0.2) but below the top-1 (-0.2), the case of the 12-02 run, where C5b must read undecided."""
+    result = SeedResult(0).add(slm_greedy_accuracy=0.5, local_entropy_accuracy=0.5, s2t_accuracy=0.5,
+                               takeover_accuracy=0.5, slm_maj_accuracy=0.375, trigger_count=4.0,
+                               hit_at_1_count=2.0, heldout_group_count=20.0,
+                               local_scorer_teacher_count=5.0, slm_top1_teacher_count=10.0,
+                               scorer_chance_expected=2.0, local_frozen_scorer_teacher_count=6.0,
+                               local_frozen_entropy_accuracy=0.625)
+    out = claim_metrics.claim_metrics(CONFIG.model_validate(smoke_section()), result)
+    return (math.isclose(out["local_frozen_scorer_minus_top1"], -0.2)
+            and math.isclose(out["local_frozen_scorer_minus_chance"], 0.2))
+
+
+def test_frozen_scorer_minus_top1_exact():
+    assert frozen_top1_check()
+
+
+def test_negative_control_frozen_bar_against_chance_only_fails(monkeypatch):
+    """The omission the review found: the frozen scorer compared with chance where the top-1 is asked."""
+    def chance_only(frozen_count, groups, chance, top1):
+        frozen = frozen_count / groups
+        return {"local_frozen_scorer_teacher_rate": frozen, "local_frozen_scorer_minus_chance": frozen - chance,
+                "local_frozen_scorer_minus_top1": frozen - chance}
+
+    monkeypatch.setattr(claim_metrics, "frozen_scorer_rates", chance_only)
+    assert not frozen_top1_check()
+
+
+def outside_reserved_check() -> bool:
+    """Body unchanged (0) but a non-reserved row of lm_head moved by 0.25: C8b's metric is 0.25, not 0; both
+    unchanged: 0; a lost measurement (NaN): NaN."""
+    def metric(body: float, rows: float) -> float:
+        result = SeedResult(0).add(slm_greedy_accuracy=0.5, local_entropy_accuracy=0.5, s2t_accuracy=0.5,
+                                   takeover_accuracy=0.5, trigger_count=4.0, hit_at_1_count=2.0,
+                                   local_frozen_body_max_change=body, local_frozen_rows_max_change_frozen_body=rows)
+        return claim_metrics.claim_metrics(CONFIG.model_validate(smoke_section()), result)[
+            "local_frozen_max_change_outside_reserved"]
+
+    return (metric(0.0, 0.25) == 0.25 and metric(0.125, 0.0) == 0.125 and metric(0.0, 0.0) == 0.0
+            and math.isnan(metric(0.0, math.nan)))
+
+
+def test_c8b_metric_is_the_larger_of_body_and_rows_change():
+    assert outside_reserved_check()
+
+
+def test_negative_control_c8b_metric_on_the_body_only_fails(monkeypatch):
+    """The metric before this fix: the body's change alone misses a moved non-reserved row."""
+    monkeypatch.setattr(claim_metrics, "outside_reserved_change", lambda body, rows: body)
+    assert not outside_reserved_check()
