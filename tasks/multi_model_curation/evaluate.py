@@ -240,6 +240,13 @@ def measure_sampled(cfg: SampledConfig, analytic: AnalyticConfig, seed: int, rea
 # Configurations drawn from the fixed prior (issue 19, item 1)
 # ------------------------------------------------------------------------------------------------
 
+def counted_inverting(chords: dict[str, np.ndarray], converged_tol: float) -> tuple[np.ndarray, np.ndarray]:
+    """(converged, inverting) masks of the survey's draws: a draw counts when its state moved at most
+    ``converged_tol`` in the last round, and inverts when it counts and ``method.self_inverts`` holds."""
+    converged = chords["moved"] <= converged_tol
+    return converged, method.self_inverts(chords["dA1"], chords["isolated_dA"]) & converged
+
+
 def survey_indices(inverting: np.ndarray, cfg: SurveyConfig) -> list[int]:
     """The draws the survey samples: the first ``sampled_random`` of the seed (i.i.d. from the prior) and the
     first ``sampled_inverting`` that self-invert at K -> infinity (in draw order; the two sets may overlap)."""
@@ -266,8 +273,7 @@ def measure_survey(cfg: SurveyConfig, sampled: SampledConfig, seed: int, real: m
     ``survey_sampled``, one row per draw and K; the K -> infinity values of the same draw beside them)."""
     batch = method.draw_configs(method.ConfigPrior(), cfg.analytic_configs, loop_rng(seed, SURVEY_DRAW_STREAM))
     chords = method.survey_chords(batch, cfg.analytic_rounds)
-    converged = chords["moved"] <= cfg.converged_tol
-    inverting = method.self_inverts(chords["dA1"], chords["isolated_dA"]) & converged
+    converged, inverting = counted_inverting(chords, cfg.converged_tol)
     random_draws = set(range(cfg.sampled_random))
     first_inverting = set(np.flatnonzero(inverting)[: cfg.sampled_inverting].tolist())
     rows = []
@@ -300,7 +306,8 @@ def measure_survey(cfg: SurveyConfig, sampled: SampledConfig, seed: int, real: m
 def mixture_ends(cfg: MixtureConfig, components: int, seed: int, real: method.RealData) -> list[dict]:
     """Self-invert's coupled loop and model 1's isolated counterpart with ``components``-Gaussian generators
     refit by EM, at both ends of beta_1 (common random numbers per loop kind): stationary A_i (mean after
-    ``burn_in``) and the last refit's log-likelihood gain over a single Gaussian."""
+    ``burn_in``), the last refit's log-likelihood gain over a single Gaussian and the change one more EM step
+    would make (``method.em_step_gain``), and the coupled loop's A_1(t), A_2(t)."""
     spec = method.canonical_specs()["self_invert"]
     rows = []
     for beta1 in BETA1_RANGE["self_invert"]:
@@ -315,7 +322,9 @@ def mixture_ends(cfg: MixtureConfig, components: int, seed: int, real: method.Re
         rows.append({"components": components, "beta1": beta1, "A1": float(fixed[0]), "A2": float(fixed[1]),
                      "isolated_A": float(alone.alignment[cfg.burn_in + 1:, 0].mean()),
                      "loglik_gain_1": float(coupled.loglik_gain[0]), "loglik_gain_2": float(coupled.loglik_gain[1]),
-                     "curve_A1": coupled.alignment[:, 0].tolist()})
+                     "em_step_gain_1": float(coupled.em_step_gain[0]), "em_step_gain_2": float(coupled.em_step_gain[1]),
+                     "fit_size": coupled.fit_size,
+                     "curve_A1": coupled.alignment[:, 0].tolist(), "curve_A2": coupled.alignment[:, 1].tolist()})
     return rows
 
 

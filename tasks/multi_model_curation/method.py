@@ -726,10 +726,31 @@ def curate_mixture(mixture: Mixture1D, beta: float, target: float, n_candidates:
 class MixtureTrajectory:
     """The mixture loop: A_i(t) per round (rounds + 1, N), and per model (N,) the mean log-likelihood gain
     of the last round's fitted mixture over the single-Gaussian MLE on the same training data (how much
-    of the training mix a single Gaussian misses)."""
+    of the training mix a single Gaussian misses), the mean log-likelihood change one more EM step would make
+    on that data (``em_step_gain``: how far the last refit is from an EM fixed point), and the size of that
+    data (``fit_size``, for the BIC penalty)."""
 
     alignment: np.ndarray
     loglik_gain: np.ndarray
+    em_step_gain: np.ndarray
+    fit_size: int
+
+
+def em_step_gain(y: np.ndarray, mixture: Mixture1D) -> float:
+    """How far a fit is from an EM fixed point: the mean log-likelihood change on ``y`` of one more E/M step
+    from ``mixture`` (>= 0 by EM's monotonicity, Dempster et al. 1977 Theorem 1; 0 at a fixed point)."""
+    return mixture_log_likelihood(y, fit_mixture_em(y, mixture.weights.size, 1, start=mixture)) - \
+        mixture_log_likelihood(y, mixture)
+
+
+def bic_penalty_per_sample(components: int, n: int) -> float:
+    """BIC's penalty (Schwarz 1978) of a ``components``-Gaussian 1-D mixture over one Gaussian, per sample:
+    (extra free parameters) ln n / (2 n), with 3 G - 1 parameters (G - 1 weights, G means, G variances)
+    against 2, i.e. 3 (G - 1) ln n / (2 n). A mean log-likelihood gain above it is not explained by the
+    extra parameters alone."""
+    if components < 1 or n < 2:
+        raise ValueError(f"bic_penalty_per_sample: components >= 1 and n >= 2 needed, got {components}, {n}")
+    return 3 * (components - 1) * float(np.log(n)) / (2 * n)
 
 
 def iterate_mixture(spec: LoopSpec, rounds: int, n_candidates: int, n_samples: int, real: RealData,
@@ -756,7 +777,11 @@ def iterate_mixture(spec: LoopSpec, rounds: int, n_candidates: int, n_samples: i
         data = [training_mixture(spec, i, pools, real, n_samples, rng)[1] for i in range(spec.n_models)]
         models = [fit_mixture_em(y, components, em_iterations, start=model) for y, model in zip(data, models)]
         history.append([m.alignment(t) for m, t in zip(models, targets)])
+    em_gains = np.zeros(spec.n_models)
+    fit_size = 0
     if rounds:
         gains = np.array([mixture_log_likelihood(y, model) - mixture_log_likelihood(y, fit_mixture_em(y, 1, 1))
                           for y, model in zip(data, models)])
-    return MixtureTrajectory(np.array(history), gains)
+        em_gains = np.array([em_step_gain(y, model) for y, model in zip(data, models)])
+        fit_size = int(data[0].size)
+    return MixtureTrajectory(np.array(history), gains, em_gains, fit_size)

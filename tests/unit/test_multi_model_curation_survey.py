@@ -41,7 +41,7 @@ def batched_matches_fixed_point(batched) -> bool:
 
 def test_batched_recursion_is_the_fixed_point_of_each_config():
     assert batched_matches_fixed_point(method.batched_fixed_alignment)
-    # The brief's reference values of the self-invert config at beta_1 = 4.
+    # The reference values of the self-invert config at beta_1 = 4 (README, canonical configurations).
     spec = SPECS["self_invert"]
     alignment, _ = method.batched_fixed_alignment(spec.mixing[None], spec.real_share[None], spec.beta[None],
                                                   spec.targets[:, 0][None], 2000)
@@ -92,24 +92,49 @@ def test_self_inverts_needs_both_conditions():
 # The prior
 # ------------------------------------------------------------------------------------------------
 
-def test_prior_draws_are_valid_configs_with_the_stated_laws():
+def prior_laws_hold() -> bool:
+    """``method.draw_configs`` gives valid configurations with the stated uniform laws."""
     prior = method.ConfigPrior()
     batch = method.draw_configs(prior, 20_000, np.random.default_rng(0))
     rows = batch.mixing.sum(axis=2)
-    assert np.allclose(rows, 1 - batch.real_share, atol=1e-12)
-    assert batch.real_share.min() >= 0.05 and batch.real_share.max() <= 0.6
-    assert np.abs(batch.targets).max() <= 4.0
-    assert np.allclose(batch.beta1_high - batch.beta1_low, 3.0)
-    # Uniform laws: means (0.05 + 0.6) / 2, 0, 1, 0.5; the split u_i has mean 1/2.
-    assert batch.real_share.mean() == pytest.approx(0.325, abs=0.005)
-    assert batch.targets.mean() == pytest.approx(0.0, abs=0.05)
-    assert batch.beta2.mean() == pytest.approx(1.0, abs=0.02)
-    assert batch.beta1_low.mean() == pytest.approx(0.5, abs=0.01)
-    assert (batch.mixing[:, :, 0] / (1 - batch.real_share)).mean() == pytest.approx(0.5, abs=0.01)
+    split = batch.mixing[:, :, 0] / (1 - batch.real_share)
+    return bool(np.allclose(rows, 1 - batch.real_share, atol=1e-12)
+                and batch.real_share.min() >= 0.05 and batch.real_share.max() <= 0.6
+                and np.abs(batch.targets).max() <= 4.0
+                and np.allclose(batch.beta1_high - batch.beta1_low, 3.0)
+                # Uniform laws: means (0.05 + 0.6) / 2, 0, 1, 0.5; the split u_i has mean 1/2, variance 1/12.
+                and abs(batch.real_share.mean() - 0.325) < 0.005
+                and abs(batch.targets.mean()) < 0.05
+                and abs(batch.beta2.mean() - 1.0) < 0.02
+                and abs(batch.beta1_low.mean() - 0.5) < 0.01
+                and abs(split.mean() - 0.5) < 0.01 and abs(split.var() - 1 / 12) < 0.003)
+
+
+def test_prior_draws_are_valid_configs_with_the_stated_laws():
+    assert prior_laws_hold()
+    prior = method.ConfigPrior()
+    batch = method.draw_configs(prior, 20_000, np.random.default_rng(0))
     spec = batch.spec(3, float(batch.beta1_high[3]))
     assert spec.beta[0] == batch.beta1_high[3] and spec.beta[1] == batch.beta2[3]
     again = method.draw_configs(prior, 20_000, np.random.default_rng(0))
     assert np.array_equal(again.mixing, batch.mixing) and np.array_equal(again.targets, batch.targets)
+
+
+@pytest.mark.parametrize("break_law", ["targets_positive", "split_not_flat"])
+def test_prior_laws_negative_control(monkeypatch, break_law):
+    """A prior with targets U[0, 4] instead of U[-4, 4], or a split u^2 (not flat) must fail the law check."""
+    real = method.draw_configs
+
+    def broken(prior, size, rng):
+        b = real(prior, size, rng)
+        if break_law == "targets_positive":
+            return method.ConfigBatch(b.mixing, b.real_share, np.abs(b.targets), b.beta2, b.beta1_low, b.beta1_high)
+        split = (b.mixing[:, :, 0] / (1 - b.real_share)) ** 2
+        mixing = (1 - b.real_share)[:, :, None] * np.stack([split, 1 - split], axis=2)
+        return method.ConfigBatch(mixing, b.real_share, b.targets, b.beta2, b.beta1_low, b.beta1_high)
+
+    monkeypatch.setattr(method, "draw_configs", broken)
+    assert not prior_laws_hold()
 
 
 def test_prior_negative_control_unnormalised_split_is_rejected():
@@ -262,6 +287,16 @@ def test_survey_claim_counts():
     assert (metrics["survey_random_inverting_klarge"], metrics["survey_random_trials_klarge"]) == (1.0, 2.0)
     assert (metrics["survey_inverting_inverting_ksmall"], metrics["survey_inverting_trials_ksmall"]) == (1.0, 2.0)
     assert (metrics["survey_inverting_inverting_klarge"], metrics["survey_inverting_trials_klarge"]) == (2.0, 2.0)
+    assert metrics["survey_inverting_rate_ksmall"] == 0.5
+
+
+def test_survey_without_iid_draws_has_counts_but_no_rate():
+    """survey.sampled_random = 0 (cpu since 2026-12-02): zero trials, and no rate (not a NaN)."""
+    result = survey_result()
+    result.tables["survey_sampled"] = [r for r in result.tables["survey_sampled"] if not r["random"]]
+    metrics = claim_metrics.survey_claims(result)
+    assert metrics["survey_random_trials_klarge"] == 0.0 and "survey_random_rate_klarge" not in metrics
+    assert metrics["survey_inverting_rate_klarge"] == 1.0
 
 
 def test_survey_claim_counts_negative_control(monkeypatch):
@@ -275,15 +310,162 @@ def test_survey_indices_are_first_draws_and_first_inverting():
     cfg = CONFIG.model_validate(params_section("multi_model_curation")["cpu"]).survey
     inverting = np.zeros(40, dtype=bool)
     inverting[[2, 11, 30]] = True
-    assert evaluate.survey_indices(inverting, cfg) == [0, 1, 2, 3, 11]
+    assert evaluate.survey_indices(inverting, cfg.model_copy(update={"sampled_random": 4})) == [0, 1, 2, 3, 11]
+    # cpu since the review of 2026-12-02: no i.i.d. draws, the first two K -> inf inverters only
+    assert evaluate.survey_indices(inverting, cfg) == [2, 11]
+
+
+MIXTURE_CFG = CONFIG.model_validate(params_section("multi_model_curation")["smoke"]).mixture  # burn_in 3
+
+
+def mixture_rows() -> list[dict]:
+    """Hand-made table: curves of 9 values (rounds 0-8); with burn_in 3 the window is rounds 4-8, whose
+    halves are rounds 4-5 and 7-8. Their means are the rows' A1 / A2."""
+    def curve(fixed: float, drift: float) -> list[float]:
+        return [0.0, 5.0, 5.0, 5.0] + [fixed - drift / 2, fixed - drift / 2, fixed, fixed + drift / 2,
+                                       fixed + drift / 2]
+
+    return [{"components": g, "beta1": b, "A1": a1, "A2": a2, "isolated_A": iso, "loglik_gain_1": gain,
+             "loglik_gain_2": 0.0, "em_step_gain_1": em, "em_step_gain_2": 0.0, "fit_size": 3000,
+             "curve_A1": curve(a1, d1), "curve_A2": curve(a2, 0.0)}
+            for g, b, a1, a2, iso, gain, em, d1 in [
+                (3, 0.6, -9.4, -3.3, -3.3, 0.05, 1e-4, 0.02), (3, 4.0, -9.2, -4.4, -3.1, 0.12, 3e-4, -0.15),
+                (1, 4.0, -9.7, -4.2, -2.9, 0.0, 0.0, 0.0), (1, 0.6, -9.35, -3.35, -3.3, 0.0, 0.0, 0.0)]]
+
+
+def test_window_drift_hand_values():
+    assert claim_metrics.window_drift([9.0, 9.0, 9.0, 1.0, 2.0, 3.0, 4.0], 2) == pytest.approx(2.0)
+    # odd window: the middle round is in neither half
+    assert claim_metrics.window_drift([9.0, 1.0, 2.0, 30.0, 4.0, 5.0], 0) == pytest.approx(4.5 - 1.5)
+    with pytest.raises(ValueError, match="fewer than 2"):
+        claim_metrics.window_drift([0.0, 1.0, 2.0], 1)
+
+
+def drift_metrics_as_hand_computed() -> bool:
+    metrics = claim_metrics.mixture_claims(SeedResult(0).add(tables={"mixture_self_invert": mixture_rows()}),
+                                           MIXTURE_CFG)
+    # dA1: drifts 0.02 and -0.15 (|max| 0.15) against half of |-9.2 - (-9.4)| = 0.1 -> +0.05
+    # dA2: no drift, half of |-4.4 - (-3.3)| = 0.55 -> -0.55; sum: drift 0.15 against |-13.6 + 12.7| / 2
+    return (metrics["mixture_drift_excess_dA1"] == pytest.approx(0.05)
+            and metrics["mixture_drift_excess_dA2"] == pytest.approx(-0.55)
+            and metrics["mixture_drift_excess_dsum"] == pytest.approx(0.15 - 0.45)
+            and metrics["gaussian_control_drift_excess_dA1"] == pytest.approx(-0.175))
+
+
+def test_mixture_drift_excess_hand_values():
+    assert drift_metrics_as_hand_computed()
+
+
+def test_mixture_drift_excess_negative_control(monkeypatch):
+    """A drift that averages from round 0 (burn-in included) must fail the same hand values."""
+    real = claim_metrics.window_drift
+    monkeypatch.setattr(claim_metrics, "window_drift", lambda curve, burn_in: real(curve, 0))
+    assert not drift_metrics_as_hand_computed()
+
+
+def test_bic_penalty_hand_values():
+    assert method.bic_penalty_per_sample(3, 3000) == pytest.approx(6 * np.log(3000) / 6000)  # 0.008006
+    assert method.bic_penalty_per_sample(3, 3000) == pytest.approx(0.0080064, abs=1e-7)
+    assert method.bic_penalty_per_sample(1, 3000) == 0.0
+    with pytest.raises(ValueError, match="components"):
+        method.bic_penalty_per_sample(0, 3000)
+
+
+def gain_over_bic_as_hand_computed() -> bool:
+    metrics = claim_metrics.mixture_claims(SeedResult(0).add(tables={"mixture_self_invert": mixture_rows()}),
+                                           MIXTURE_CFG)
+    return (metrics["mixture_loglik_gain_over_bic_model1"] == pytest.approx(0.12 - 0.0080064, abs=1e-7)
+            and metrics["gaussian_control_loglik_gain_over_bic_model1"] == 0.0
+            and metrics["mixture_em_step_gain_model1"] == pytest.approx(3e-4))
+
+
+def test_mixture_gain_over_bic_hand_values():
+    assert gain_over_bic_as_hand_computed()
+
+
+def test_mixture_gain_over_bic_negative_control(monkeypatch):
+    """A penalty that counts all 3 G - 1 parameters of the mixture (not the 3 (G - 1) extra ones) fails."""
+    monkeypatch.setattr(method, "bic_penalty_per_sample", lambda g, n: (3 * g - 1) * np.log(n) / (2 * n))
+    assert not gain_over_bic_as_hand_computed()
+
+
+def one_em_step_by_hand(y: np.ndarray, m: method.Mixture1D) -> float:
+    """The log-likelihood change of one E/M step, written out with scipy's normal density."""
+    def loglik(w, mu, v):
+        return float(np.mean(np.log((w * stats.norm.pdf(y[:, None], mu, np.sqrt(v))).sum(axis=1))))
+
+    dens = m.weights * stats.norm.pdf(y[:, None], m.means, np.sqrt(m.variances))
+    resp = dens / dens.sum(axis=1, keepdims=True)
+    mass = resp.sum(axis=0)
+    mu = (resp * y[:, None]).sum(axis=0) / mass
+    v = (resp * (y[:, None] - mu) ** 2).sum(axis=0) / mass
+    return loglik(mass / y.size, mu, v) - loglik(m.weights, m.means, m.variances)
+
+
+def em_step_gain_as_hand_computed() -> bool:
+    y = TRUE_MIXTURE.sample((4000,), np.random.default_rng(8))
+    poor = method.Mixture1D(np.array([0.5, 0.5]), np.array([-1.0, 1.0]), np.array([2.0, 2.0]))
+    gain = method.em_step_gain(y, poor)
+    converged = method.em_step_gain(y, method.fit_mixture_em(y, 2, 300, start=poor))
+    return bool(gain > 0.05 and gain == pytest.approx(one_em_step_by_hand(y, poor), abs=1e-10)
+                and abs(converged) < 1e-9)
+
+
+def test_em_step_gain_is_one_em_step_and_vanishes_at_a_fixed_point():
+    assert em_step_gain_as_hand_computed()
+
+
+def test_em_step_gain_negative_control(monkeypatch):
+    """An EM that returns its start unchanged reports no gain at the poor start: the same check fails."""
+    monkeypatch.setattr(method, "fit_mixture_em", lambda y, components, iterations, start=None: start)
+    assert not em_step_gain_as_hand_computed()
+
+
+def test_mixture_loop_records_em_step_gain_and_fit_size():
+    spec = SPECS["isolated"]
+    real = method.unconditional_real_data(20_000, 0.0, 1.0, np.random.default_rng(5))
+    three = method.iterate_mixture(spec, 4, 64, 3000, real, np.random.default_rng(6), 3, 5)
+    assert three.fit_size == 3000
+    assert three.em_step_gain.shape == (1,) and three.em_step_gain[0] >= -1e-12
+
+
+def surveyed_with_an_unconverged_inverter(monkeypatch) -> tuple[SeedResult, list[int]]:
+    """measure_survey on 6 draws whose K -> inf chords are hand-made: draw 1 would self-invert but has not
+    converged (moved 1e-3 > tol), draws 3 and 4 self-invert and converged, draw 5 has a negative chord with
+    an isolated loss (not an inversion). The sampled loops are replaced by a fixed chord."""
+    cfg = CONFIG.model_validate(params_section("multi_model_curation")["cpu"]).survey.model_copy(
+        update={"analytic_configs": 6, "sampled_random": 0, "sampled_inverting": 2})
+    sampled = CONFIG.model_validate(params_section("multi_model_curation")["cpu"]).sampled
+    table = {"dA1": np.array([0.2, -0.3, 0.1, -0.05, -0.4, -0.2]), "dA2": np.zeros(6),
+             "isolated_dA": np.array([0.3, 0.2, 0.1, 0.1, 0.2, -0.1]),
+             "moved": np.array([0.0, 1e-3, 0.0, 1e-12, 0.0, 0.0])}
+    monkeypatch.setattr(method, "survey_chords", lambda batch, rounds: table)
+    monkeypatch.setattr(evaluate, "sampled_chord", lambda *args: np.array([-0.1, -0.2]))
+    result = SeedResult(0)
+    evaluate.measure_survey(cfg, sampled, 0, None, lambda *a: None, result)
+    return result, sorted({r["index"] for r in result.tables["survey_sampled"]})
+
+
+def test_survey_skips_unconverged_inverting_draws(monkeypatch):
+    result, sampled_indices = surveyed_with_an_unconverged_inverter(monkeypatch)
+    assert sampled_indices == [3, 4]
+    assert (result.metrics["survey_kinf_trials"], result.metrics["survey_kinf_inverting"],
+            result.metrics["survey_kinf_unconverged"]) == (5.0, 2.0, 1.0)
+    assert result.metrics["survey_kinf_median_inverting_dA1"] == pytest.approx(-0.225)
+    assert result.metrics["survey_kinf_isolated_not_gaining"] == 1.0
+
+
+def test_survey_masking_negative_control(monkeypatch):
+    """Masks that ignore convergence let the unconverged draw 1 in: the same check fails."""
+    monkeypatch.setattr(evaluate, "counted_inverting", lambda chords, tol: (
+        np.ones(chords["moved"].size, dtype=bool), method.self_inverts(chords["dA1"], chords["isolated_dA"])))
+    result, sampled_indices = surveyed_with_an_unconverged_inverter(monkeypatch)
+    assert sampled_indices != [3, 4] and result.metrics["survey_kinf_trials"] != 5.0
 
 
 def test_mixture_claim_chords():
-    rows = [{"components": g, "beta1": b, "A1": a1, "A2": a2, "isolated_A": iso, "loglik_gain_1": gain,
-             "loglik_gain_2": 0.0}
-            for g, b, a1, a2, iso, gain in [(3, 0.6, -9.4, -3.3, -3.3, 0.05), (3, 4.0, -9.2, -4.4, -3.1, 0.12),
-                                            (1, 4.0, -9.7, -4.2, -2.9, 0.0), (1, 0.6, -9.35, -3.35, -3.3, 0.0)]]
-    metrics = claim_metrics.mixture_claims(SeedResult(0).add(tables={"mixture_self_invert": rows}), 3)
+    rows = mixture_rows()
+    metrics = claim_metrics.mixture_claims(SeedResult(0).add(tables={"mixture_self_invert": rows}), MIXTURE_CFG)
     assert metrics["mixture_self_invert_dA1"] == pytest.approx(0.2 / 3.4)
     assert metrics["mixture_self_invert_dA2"] == pytest.approx(-1.1 / 3.4)
     assert metrics["mixture_self_invert_dsum"] == pytest.approx(-0.9 / 3.4)
