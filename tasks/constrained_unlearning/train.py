@@ -1,10 +1,9 @@
 """Training step of constrained_unlearning: every model of one seed, written to the seed's folder.
 
-Stage B (README, "What is measured"): a small DDPM pretrained on q's samples, unlearned primal-dual per
-formulation (threshold b from the requested forget mass on the Stage A grid, :func:`model.constrained_optimum`;
-a density-free run and its analytic reference each), and the weight-based baselines at every swept weight.
-Stage C: the pretrained model (the *retrain* reference, it never saw the duplicates) fine-tuned with duplicated
-forget points (*memorised*), then unlearned by FU primal-dual.
+Stage B (README, "What is measured"): a small DDPM pretrained on q's samples, unlearned primal-dual once per
+formulation (thresholds b from the closed form on the Stage A grid, :func:`model.closed_form_target`), and the
+weight-based baselines at every swept weight. Stage C: the pretrained model (the *retrain* reference, it never
+saw the duplicates) fine-tuned with duplicated forget points (*memorised*), then unlearned by FU primal-dual.
 File names: model.py. Every run draws from its own seeded generator, so no model depends on the order of the runs,
 and evaluate.py's sampling generators are its own.
 
