@@ -40,7 +40,9 @@ def unlearning_errors(cfg: ConstrainedUnlearningConfig, m: Mapping[str, float]) 
     lambda_b at the same threshold (C1j-l); the run's miss of the constrained optimum's forget mass (C5a-c: the
     dual loop lands where the constraint puts it), its forget-ball count and whether it lands in the band (1 or
     0, one trial per seed); the miss of the user's requested mass (reported: set by the threshold rule, not
-    the dual loop); and the density-free run against its analytic reference (lambda ratio, forget-mass gap)."""
+    the dual loop); and the density-free run against its analytic reference (lambda ratio, forget-mass gap), with
+    how much forget mass that reference removed from the pretrained model (C7a-b's precondition: a reference that
+    unlearned nothing cannot tell a density-free run from one that did nothing)."""
     out = {}
     n = cfg.ddpm.eval_samples
     for f in method.FORMULATIONS:
@@ -56,6 +58,7 @@ def unlearning_errors(cfg: ConstrainedUnlearningConfig, m: Mapping[str, float]) 
                 f"b_{f}_forget_mass_in_band": in_band(count, n, optimum_mass),
                 f"b_{f}_required_mass_drop": m["b_pretrained_forget_mass"] - optimum_mass,
                 f"b_{f}_forget_mass_drop": m["b_pretrained_forget_mass"] - m[f"b_{f}_forget_mass"],
+                f"b_{f}_analytic_forget_mass_drop": m["b_pretrained_forget_mass"] - m[f"b_{f}_analytic_forget_mass"],
                 f"b_{f}_over_analytic_lambda": m[f"b_{f}_lambda"] / max(m[f"b_{f}_analytic_lambda"], 1e-12),
                 f"b_{f}_minus_analytic_forget_mass": m[f"b_{f}_forget_mass"] - m[f"b_{f}_analytic_forget_mass"]}
     return out

@@ -47,6 +47,55 @@ def test_ru_composition_loss_exact():
     assert float(loss(torch.Generator().manual_seed(1))) == pytest.approx(26.5, rel=1e-6)
 
 
+class LinearEps(torch.nn.Module):
+    """eps(x_t, t) = a x_t + b t (per coordinate): a network whose output depends on both inputs."""
+
+    def __init__(self, a: float, b: float) -> None:
+        super().__init__()
+        self.a, self.b = a, b
+
+    def forward(self, x_t: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
+        return self.a * x_t + self.b * t.to(x_t.dtype)[:, None]
+
+
+def ru_loss_at_one_point() -> tuple[float, float]:
+    """(loss, hand value) at one (x_t, t): pool = {(1, 2)}, batch 1, model eps = 0, eps_q = x_t, eps_u = t,
+    lambda = 2/3 (eta = 2): eps* = x_t - 2 (t - x_t) = 3 x_t - 2 t, loss = ||3 x_t - 2 t||^2, with x_t and t
+    replayed from the same generator (batch index, then t, then eps)."""
+    schedule = diffusion.NoiseSchedule.linear(4)
+    x0 = torch.tensor([[1.0, 2.0]])
+    loss = method.ru_composition_loss(LinearEps(0.0, 0.0), LinearEps(1.0, 0.0), LinearEps(0.0, 1.0), schedule, x0,
+                                      2 / 3, 1)
+    got = float(loss(torch.Generator().manual_seed(4)))  # seed 4 draws t = 2 (abar 0.21): x_t far from x_0
+    g = torch.Generator().manual_seed(4)
+    torch.randint(0, 1, (1,), generator=g)
+    t = int(torch.randint(0, 4, (1,), generator=g))
+    eps = torch.randn((1, 2), generator=g)
+    abar = float(schedule.alpha_bars[t])
+    x_t = math.sqrt(abar) * x0 + math.sqrt(1 - abar) * eps
+    return got, float(((3 * x_t - 2 * t) ** 2).sum())
+
+
+def test_ru_composition_loss_exact_at_one_noised_point():
+    got, hand = ru_loss_at_one_point()
+    assert hand > 1.0 and got == pytest.approx(hand, rel=1e-5)
+
+
+def test_ru_composition_loss_check_fails_when_composing_at_x0(monkeypatch):
+    """Negative control: a variant that feeds the frozen networks x_0 instead of x_t fails the same check."""
+    def at_x0(model, frozen_q, frozen_u, schedule, pool, lam, batch_size):
+        def loss(generator):
+            x0 = pool[torch.randint(0, pool.shape[0], (batch_size,), generator=generator)]
+            x_t, t, _ = diffusion.noise_batch(x0, schedule, generator)
+            target = method.ru_composed_epsilon(frozen_q(x0, t), frozen_u(x0, t), lam)
+            return ((model(x_t, t) - target) ** 2).sum(dim=1).mean()
+        return loss
+
+    monkeypatch.setattr(method, "ru_composition_loss", at_x0)
+    got, hand = ru_loss_at_one_point()
+    assert got != pytest.approx(hand, rel=1e-3)
+
+
 def test_fu_difference_loss_is_dsm_q_minus_lambda_dsm_qu():
     """DSM_q - lambda DSM_{q_u} on the same draws (batch indices then noise, q first); negative control: the
     plus sign differs."""
@@ -97,20 +146,21 @@ def tiny_setup():
 
 
 def forbid_p0_and_target(monkeypatch) -> list[str]:
-    """Make every way to the density of q (the mixture with more than one mode) and of p*_lambda raise."""
+    """Make every way to the density of q (the mixture with more than one mode) and of p*_lambda raise: q's
+    (log-)density, its per-component log-densities and its analytic noised score (the most natural cheat for RU's
+    composition)."""
     calls: list[str] = []
-    real_log_density, real_density = GaussianMixture.log_density, GaussianMixture.density
 
     def guard(real, name):
-        def wrapped(self, x):
+        def wrapped(self, *args):
             if len(self.weights) > 1:
                 calls.append(name)
                 raise AssertionError(f"the density-free step evaluated p0 ({name})")
-            return real(self, x)
+            return real(self, *args)
         return wrapped
 
-    monkeypatch.setattr(GaussianMixture, "log_density", guard(real_log_density, "log_density"))
-    monkeypatch.setattr(GaussianMixture, "density", guard(real_density, "density"))
+    for name in ("log_density", "density", "component_log_densities", "noised_score_torch"):
+        monkeypatch.setattr(GaussianMixture, name, guard(getattr(GaussianMixture, name), name))
     for name in ("target", "importance_weights", "log_target_unnormalised", "ru_log_target", "lu_log_target",
                  "fu_unnormalised", "ru_target", "fu_target", "lu_target"):
         def forbidden(*args, _name=name, **kwargs):
@@ -132,6 +182,11 @@ def test_density_free_run_never_evaluates_p0_or_the_target(monkeypatch, tiny_set
     calls = forbid_p0_and_target(monkeypatch)
     with pytest.raises(AssertionError):
         q.log_density(pool.numpy())  # the guard is armed
+    with pytest.raises(AssertionError, match="noised_score_torch"):
+        q.noised_score_torch(pool[:4].double(), torch.full((4,), 0.5, dtype=torch.float64))
+    with pytest.raises(AssertionError, match="component_log_densities"):
+        q.component_log_densities(pool.numpy()[:4].astype(np.float64))
+    forget.noised_score_torch(pool[:4].double(), torch.full((4,), 0.5, dtype=torch.float64))  # q_u is allowed
     calls.clear()
     model = train.clone(pretrained)
     before = [p.detach().clone() for p in model.parameters()]
