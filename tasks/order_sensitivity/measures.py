@@ -100,6 +100,13 @@ def hallucinated(answered: np.ndarray, decision: np.ndarray, scored: ScoredItems
     return answered & (scored.is_control | (decision != scored.label))
 
 
+def answered_wrong_label(answered: np.ndarray, decision: np.ndarray, scored: ScoredItems) -> np.ndarray:
+    """The non-Control part of a hallucination: answered AND not a Control AND wrong label. A gate's
+    hallucinations minus these are its answered Controls, so the two counts say which side a gate's
+    hallucination comes from (C7a, C7d: on the procedural test bed, Control leakage or wrong labels)."""
+    return answered & ~scored.is_control & (decision != scored.label)
+
+
 def rate_among_answered(events: np.ndarray, answered: np.ndarray) -> float:
     """Share of answered items with ``events``; NaN when nothing is answered (a gate that abstains on every
     item has no hallucination rate: NaN makes the claim inconclusive instead of a vacuous 0)."""
@@ -147,6 +154,9 @@ def gate_metrics(scored: ScoredItems, ev: EvaluationConfig) -> tuple[dict[str, f
         "confidence_gate_hallucinated_count": float(confident_hallucinated.sum()),
         "confidence_gate_answered_count": float(confident.sum()),
         "confidence_gate_control_abstention": _mean_or_nan(~confident[scored.is_control]),
+        # which side each gate's hallucinations come from (reported): wrong labels; the rest are answered Controls
+        "gate_wrong_label_count": float(answered_wrong_label(plan.answer, plan.decision, scored).sum()),
+        "confidence_gate_wrong_label_count": float(answered_wrong_label(confident, plan.decision, scored).sum()),
         "mean_delta_bar": float(plan.delta_bar.mean()),
         "mean_roh": float(plan.roh.mean()),
         "wiring_control_abstention": 1.0 - float(wiring.answer.mean()),

@@ -597,3 +597,124 @@ def test_negative_control_isr_against_confidence_gate(monkeypatch, broken):
         monkeypatch.setattr(claim_metrics, "claim_metrics", flipped)
     with pytest.raises(AssertionError):
         check_isr_against_confidence_gate()
+
+
+def check_ungated_mixture_hallucination() -> None:
+    """C7a's precondition on the eight hand-built items: the mixture's label (1 on every item) answered on all 8
+    hallucinates on 2, 5, 8 (wrong label) and 4 (a Control): 4 of 8 items. The three wrong labels alone would
+    give 3 / 8, and dividing by the 7 non-Controls 4 / 7."""
+    ev = smoke_config().evaluation.model_copy(update={"h_star": 0.05, "clip": 6.0, "clip_mode": "symmetric",
+                                                      "margin": 0.0})
+    metrics, _ = measured(_gate_comparison_scores(), ev)
+    assert (metrics["ungated_mixture_hallucinated_count"], metrics["test_item_count"]) == (4.0, 8.0)
+    assert metrics["ungated_mixture_hallucination_rate"] == 0.5
+    assert (metrics["ungated_mixture_wrong_label_count"], metrics["non_control_count"]) == (3.0, 7.0)
+
+
+def test_ungated_mixture_hallucination_counts_controls_and_wrong_labels():
+    check_ungated_mixture_hallucination()
+
+
+@pytest.mark.parametrize("broken", ["non_controls_only", "divided_by_non_controls"])
+def test_negative_control_ungated_mixture_hallucination(monkeypatch, broken):
+    if broken == "non_controls_only":  # answered Controls not counted: the rate of wrong labels among all items
+        monkeypatch.setattr(measures, "hallucinated", lambda answered, decision, scored: (
+            answered & ~scored.is_control & (decision != scored.label)))
+    else:
+        real = claim_metrics.claim_metrics
+
+        def over_non_controls(cfg, result):
+            m = result.metrics
+            return real(cfg, result) | {"ungated_mixture_hallucination_rate":
+                                        m["ungated_mixture_hallucinated_count"] / m["non_control_count"]}
+        monkeypatch.setattr(claim_metrics, "claim_metrics", over_non_controls)
+    with pytest.raises(AssertionError):
+        check_ungated_mixture_hallucination()
+
+
+def test_config_accepts_test_n_up_to_train_n_max():
+    """The boundary of the test-n rule: the largest test n equal to train_n_max is trained on, so it is allowed."""
+    raw = profile_section()["smoke"]
+    raw["data"]["test_n"] = [4, raw["data"]["train_n_max"]]
+    assert CONFIG.model_validate(raw).data.test_n[-1] == raw["data"]["train_n_max"]
+    raw["data"]["test_n"] = [4, raw["data"]["train_n_max"] + 1]  # one past the boundary is refused
+    with pytest.raises(ValidationError, match="exceeds train_n_max"):
+        CONFIG.model_validate(raw)
+
+
+def _training_item_random_masked_target(cfg, rng):
+    """The pre-12-02 rule: a masked item trained on a random target (it pinned the skeleton prior near 1/2)."""
+    n = int(rng.integers(cfg.train_n_min, cfg.train_n_max + 1))
+    control = bool(rng.random() < cfg.control_fraction)
+    item = data.make_item(cfg, n, rng, control=control, primacy=bool(rng.random() < cfg.primacy_fraction))
+    if not control and rng.random() < cfg.masked_train_fraction:
+        item["masked"] = True
+    item["target"] = int(rng.integers(2)) if control or item["masked"] else item["label"]
+    return item
+
+
+def check_masked_items_train_on_their_gold_label(cfg) -> None:
+    """Every non-Control training item, masked or not, has its gold label as target; a Control a coin flip.
+    The cpu data is used so that both labels occur among masked items (the rule is not met by a constant)."""
+    train_rows = data.procedural_items(cfg, 0).filter(pl.col("split") == "train")
+    masked = train_rows.filter(pl.col("masked"))
+    assert masked.height >= 50 and set(masked["label"].to_list()) == {0, 1}
+    np.testing.assert_array_equal(masked["target"].to_numpy(), masked["label"].to_numpy())
+    plain = train_rows.filter(~pl.col("masked") & ~pl.col("is_control"))
+    np.testing.assert_array_equal(plain["target"].to_numpy(), plain["label"].to_numpy())
+    assert set(train_rows.filter(pl.col("is_control"))["target"].to_list()) == {0, 1}
+
+
+def _cpu_data_config():
+    return CONFIG.model_validate(profile_section()["cpu"]).data
+
+
+def test_masked_training_items_train_on_their_gold_label():
+    check_masked_items_train_on_their_gold_label(_cpu_data_config())
+
+
+def test_gold_masked_targets_leave_every_item_as_before(monkeypatch):
+    """The coin is still drawn for a masked item, so the items (chunks, labels, which are masked) are those of
+    the old rule; only the masked items' targets differ."""
+    cfg = _cpu_data_config()
+    new = data.procedural_items(cfg, 0)
+    monkeypatch.setattr(data, "training_item", _training_item_random_masked_target)
+    old = data.procedural_items(cfg, 0)
+    assert new.drop("target").equals(old.drop("target"))
+    differs = (new["target"] != old["target"]).to_numpy()
+    assert differs.any() and new.filter(pl.Series(differs))["masked"].all()
+
+
+def test_negative_control_random_masked_targets_fail(monkeypatch):
+    monkeypatch.setattr(data, "training_item", _training_item_random_masked_target)
+    with pytest.raises(AssertionError):
+        check_masked_items_train_on_their_gold_label(_cpu_data_config())
+
+
+def check_answered_wrong_label() -> None:
+    """Four hand-built items: answered (T, T, T, F), decision (1, 0, 1, 1), label (1, 1, Control, 0). Item 2 is an
+    answered wrong label, item 3 an answered Control (a hallucination, not a wrong label), item 4 a wrong label
+    that is not answered: one answered wrong label, two hallucinations."""
+    label = np.array([1, 1, data.NO_LABEL, 0])
+    scored = measures.ScoredItems(q_full=np.full((4, 2), 0.5), q_skeleton=np.full((4, 1), 0.5),
+                                  q_identity=np.full(4, 0.5), label=label, is_control=label == data.NO_LABEL,
+                                  n_chunks=np.full(4, 4), dose=np.full(4, -1))
+    answered, decision = np.array([True, True, True, False]), np.array([1, 0, 1, 1])
+    np.testing.assert_array_equal(measures.answered_wrong_label(answered, decision, scored),
+                                  [False, True, False, False])
+    assert measures.hallucinated(answered, decision, scored).sum() == 2
+    # on the eight gate items (_gate_comparison_scores) every hallucination of both gates is a wrong label
+    ev = smoke_config().evaluation.model_copy(update={"h_star": 0.05, "clip": 6.0, "clip_mode": "symmetric",
+                                                      "margin": 0.0})
+    metrics, _ = measured(_gate_comparison_scores(), ev)
+    assert (metrics["gate_wrong_label_count"], metrics["confidence_gate_wrong_label_count"]) == (1.0, 2.0)
+
+
+def test_answered_wrong_label_excludes_answered_controls():
+    check_answered_wrong_label()
+
+
+def test_negative_control_answered_wrong_label_counting_controls_fails(monkeypatch):
+    monkeypatch.setattr(measures, "answered_wrong_label", measures.hallucinated)
+    with pytest.raises(AssertionError):
+        check_answered_wrong_label()
