@@ -158,3 +158,38 @@ def test_near_fraction_exact_and_it_sees_the_active_set_an_empty_pool_hides(monk
     # Negative control: the active pool fraction in its place reads 0 while x* is still active.
     monkeypatch.setattr(m.CertificateGuidedPruning, "near_fraction", lambda self, h: self.active_fraction)
     assert not volume_sees_x_star(steep)
+
+
+def test_covered_gap_is_inf_when_the_near_set_is_empty():
+    """Samples inconsistent with L = 1 (off the good event): y = 0 at 0.125 and y = 1 at 0.13. On the 4-cell
+    grid U = (0, 0.25, 0.5, 0.75) and l_t = 1, so no pool point has U >= l_t - L h = 0.875: no certificate."""
+    cgp = m.CertificateGuidedPruning(1, m.CGPSettings(1.0, noise_sd=0.0, pool_size=4), seed=0,
+                                     pool=m.grid_pool(1, 4), covering_radius=0.125)
+    cgp.tell(np.array([0.125]), 0.0)
+    cgp.tell(np.array([0.13]), 1.0)
+    np.testing.assert_allclose(cgp._pool_upper, [0.0, 0.25, 0.5, 0.75])
+    assert cgp.covered_gap(0.125) == np.inf
+    assert cgp.covered_gap(0.25) == pytest.approx(0.75 + 0.25 - 1.0)  # with h = 1/4 the point 0.875 is near
+
+
+def test_trace_cgp_records_the_covered_gap_and_its_first_stop():
+    from tasks.certificate_pruning import runs
+    from tasks.certificate_pruning.data import Benchmark
+
+    h = m.grid_covering_radius(1, GRID)
+    bench = Benchmark("steep", 1, lambda x: 1.0 - STEEP_L * np.abs(x[:, 0] - STEEP_X_STAR), np.array([STEEP_X_STAR]),
+                      STEEP_L)
+
+    def fresh() -> m.CertificateGuidedPruning:
+        return m.CertificateGuidedPruning(1, m.CGPSettings(STEEP_L, noise_sd=0.0, pool_size=GRID), seed=0,
+                                          pool=m.grid_pool(1, GRID), covering_radius=h)
+
+    trace = runs.trace_cgp(fresh(), bench, steep_cone, budget=12, stop_gap=0.3, covering_radius=h)
+    replay, expected = fresh(), []
+    for _ in range(12):
+        x = replay.ask()
+        replay.tell(x, steep_cone(x))
+        expected.append(replay.covered_gap(h))
+    np.testing.assert_allclose(trace.covered_gap, expected)
+    assert trace.covered_stop_time == runs.first_step_at_most(np.array(expected), 0.3) is not None
+    assert runs.trace_cgp(fresh(), bench, steep_cone, budget=12, stop_gap=0.3).covered_gap == []
