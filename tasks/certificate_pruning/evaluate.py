@@ -10,6 +10,7 @@ then CGP-TR against random search (when configured).
 """
 
 from __future__ import annotations
+
 from pathlib import Path
 from typing import Any
 
