@@ -244,17 +244,22 @@ def trust_region_metrics(rows: list[dict[str, Any]]) -> dict[str, float]:
 
 
 def tight_metrics(rows: list[dict[str, Any]], controls: list[dict[str, Any]]) -> dict[str, float]:
-    """The tight test bed's claims (C1t, C7t, C7t+, C9a, C9b), their preconditions and the reported
+    """The tight test bed's claims (C1t, C7t, C7c, C9a, C9b, C9c), their preconditions and the reported
     tightness numbers, from the per-run rows of ``runs.tight_run_row`` (CGP) and ``controls`` (c_i = 0).
 
     Counts are per run (each run a fresh needle). Tightness is log10(eps_T^+ / r_T) per run, its median
-    over the seed's runs (r_T floored at REGRET_FLOOR). A "false stop" is a run whose stopping rule fired
-    while the true regret there exceeded the target."""
+    over the seed's runs (r_T floored at REGRET_FLOOR), and the same at the eps_t^+ stopping time over the
+    stopped runs. A run is pruned when its final near-set fraction is <= TIGHT_PRUNED_VOLUME.
+    A "false stop" is a run whose stopping rule fired while the true regret there exceeded the target."""
     n, n_control = len(rows), len(controls)
-    pruned = sum(r["final_volume"] <= TIGHT_PRUNED_VOLUME for r in rows)
+    # "Pruned" on the near-set fraction, an upper bound on the continuous volume (the active pool fraction
+    # reads 0 once the pool empties, whatever the continuous A_T).
+    pruned = sum(r["final_near_fraction"] <= TIGHT_PRUNED_VOLUME for r in rows)
     stopped = [r for r in rows if r["covered_stop_time"] is not None]
     pool_stopped = [r for r in rows if r["pool_stop_time"] is not None]
-    ratios = [math.log10(r["final_covered_gap"] / max(r["final_regret"], REGRET_FLOOR)) for r in rows]
+    final_plus = [math.inf if r["final_covered_gap"] is None else r["final_covered_gap"] for r in rows]  # None: +inf
+    ratios = [math.log10(plus / max(r["final_regret"], REGRET_FLOOR)) for plus, r in zip(final_plus, rows)]
+    stop_ratios = [math.log10(r["covered_stop_gap"] / max(r["covered_stop_regret"], REGRET_FLOOR)) for r in stopped]
     counts = {
         "c1t_covered_runs": sum(r["covered"] for r in rows), "c1t_runs": n,
         "c1t_pruned_runs": pruned,
@@ -264,6 +269,7 @@ def tight_metrics(rows: list[dict[str, Any]], controls: list[dict[str, Any]]) ->
         "c7t_covered_bounded_runs": sum(r["covered_gap_bounded"] for r in rows),
         "c7t_zero_radius_violated_runs": sum(not r["covered_gap_bounded"] for r in controls),
         "c9b_stopped_runs": len(stopped),
+        "c9c_stopped_runs": sum(r["half_target_stop_time"] is not None for r in rows),
         "tight_valid_stops": sum(r["covered_stop_regret"] <= r["stop_gap"] for r in stopped),
         "tight_pool_stopped_runs": len(pool_stopped),
         "tight_pool_false_stops": sum(r["pool_stop_regret"] > r["stop_gap"] for r in pool_stopped),
@@ -278,12 +284,15 @@ def tight_metrics(rows: list[dict[str, Any]], controls: list[dict[str, Any]]) ->
         "c7t_covered_bounded_rate": rate(counts["c7t_covered_bounded_runs"], n),
         "c7t_zero_radius_violation_rate": rate(counts["c7t_zero_radius_violated_runs"], n_control),
         "c9a_log10_tightness": float(np.median(ratios)),
+        "tight_log10_tightness_at_stop": float(np.median(stop_ratios)) if stop_ratios else math.nan,
         "c9b_stopped_rate": rate(len(stopped), n),
+        "c9c_stopped_rate": rate(counts["c9c_stopped_runs"], n),
         "tight_valid_stop_rate": rate(counts["tight_valid_stops"], len(stopped)),
         "tight_pool_false_stop_rate": rate(counts["tight_pool_false_stops"], len(pool_stopped)),
         "tight_median_stop_time": float(np.median([r["covered_stop_time"] for r in stopped])) if stopped else math.nan,
         "tight_median_final_volume": float(np.median([r["final_volume"] for r in rows])),
-        "tight_median_final_covered_gap": float(np.median([r["final_covered_gap"] for r in rows])),
+        "tight_median_final_near_fraction": float(np.median([r["final_near_fraction"] for r in rows])),
+        "tight_median_final_covered_gap": float(np.median(final_plus)),
         "tight_median_final_regret": float(np.median([r["final_regret"] for r in rows])),
     }
     return metrics

@@ -106,6 +106,7 @@ class TightConfig(ProfileConfig):
     runs: int = Field(ge=1, description="CGP runs per seed (each on a fresh needle)")
     zero_radius_runs: int = Field(ge=1, description="control runs per seed with c_i = 0")
     noise_sd: float = Field(gt=0, le=1)
+    zero_radius_noise_sd: float = Field(gt=0, le=1, description="noise sd of the c_i = 0 control runs")
     budget: int = Field(ge=5, description="T of every tight run")
     grid_per_axis: int = Field(ge=2, le=256, description="grid pool of grid_per_axis^2 cell centres")
     stop_gap: float = Field(gt=0, description="stopping target of both rules (eps_t and eps_t^+)")

@@ -204,9 +204,15 @@ class CertificateGuidedPruning:
     the top-U active points (item 5); an already-sampled maximiser is re-sampled.
     """
 
-    def __init__(self, dim: int, settings: CGPSettings, seed: int, pool: np.ndarray | None = None):
+    def __init__(self, dim: int, settings: CGPSettings, seed: int, pool: np.ndarray | None = None,
+                 covering_radius: float | None = None):
+        if covering_radius is not None and not covering_radius > 0:
+            raise ValueError(f"covering_radius must be > 0, got {covering_radius}")
         self.dim = dim
         self.settings = settings
+        # h, an upper bound on the pool's covering radius (exact for ``grid_pool``); None for a Sobol pool.
+        # With it, candidates come from the near set at scale h (``_near_set_candidates``).
+        self.covering_radius = covering_radius
         self.lipschitz = settings.lipschitz
         self.rng = np.random.default_rng(seed)
         if pool is not None and (pool.ndim != 2 or pool.shape[1] != dim):
@@ -284,6 +290,17 @@ class CertificateGuidedPruning:
             return math.inf
         return float(max(0.0, self._pool_upper[near].max() + slack - lower))
 
+    def near_fraction(self, covering_radius: float) -> float:
+        """|N_t| / |pool| for the near set N_t = {p : U_t(p) >= l_t - L h}. Every x with U_t(x) >= l_t has its
+        nearest pool point in N_t (``covered_gap``), so for a grid pool (equal cells of volume 1/|pool|,
+        h = ``grid_covering_radius``) it is an upper bound on Vol({x : U_t(x) >= l_t}) >= Vol(A_t), where the
+        active pool fraction (``active_fraction``) can read 0 while A_t is not empty."""
+        if covering_radius < 0:
+            raise ValueError(f"covering_radius must be >= 0, got {covering_radius}")
+        if self.samples.size == 0:
+            return 1.0
+        return float(np.mean(self._pool_upper >= self.lower - self.lipschitz * covering_radius))
+
     def recommend(self) -> np.ndarray:
         """x_hat_t = argmax_i (mu_hat_i - c_i): f* - f(x_hat) <= eps_t on the good event (item 4)."""
         if self.samples.size == 0:
@@ -303,10 +320,14 @@ class CertificateGuidedPruning:
         return candidates[int(np.argmax(values))].copy()
 
     def _candidates(self) -> tuple[np.ndarray, np.ndarray]:
-        """Active pool points and perturbations of the top-U active points, with their U (item 5)."""
+        """Active pool points and perturbations of the top-U active points, with their U (item 5).
+
+        With a known covering radius, or once the active pool is empty, the candidates come from the near
+        set instead (``_near_set_candidates``): the old fallback (the pool point nearest x_hat, perturbed
+        at ``perturb_scale``) queried a certified-suboptimal point (U_t < l_t) almost every step."""
         active_idx = np.flatnonzero(self.active)
-        if active_idx.size == 0:  # everything certified: refine around the recommendation
-            active_idx = np.array([int(np.argmin(np.sum((self.pool - self.recommend()) ** 2, axis=1)))])
+        if active_idx.size == 0 or self.covering_radius is not None:
+            return self._near_set_candidates(active_idx)
         pool_points, pool_values = self.pool[active_idx], self._pool_upper[active_idx]
         s = self.settings
         if s.perturb_centres == 0 or s.perturb_per_centre == 0:
@@ -318,6 +339,32 @@ class CertificateGuidedPruning:
         keep = perturbed_values >= self.lower  # only points that are not certified suboptimal now
         return (np.vstack([pool_points, perturbed[keep]]),
                 np.concatenate([pool_values, perturbed_values[keep]]))
+
+    def candidate_scale(self) -> float:
+        """h for the near set: the given covering radius, else the covering radius of a grid with as many
+        points as the pool (a scale for proposing candidates only, never used in a certificate)."""
+        if self.covering_radius is not None:
+            return self.covering_radius
+        return grid_covering_radius(self.dim, 1) * len(self.pool) ** (-1.0 / self.dim)
+
+    def _near_set_candidates(self, active_idx: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Item 5 where the pool is sparse: the active pool points, x_hat_t, the top-U points of the near
+        set N_t = {p in pool : U_t(p) >= l_t - L h} (it contains the pool point nearest any x of the
+        continuous A_t, see ``covered_gap``) and Gaussian perturbations of x_hat_t and those points at
+        scale h; only candidates with U_t >= l_t are kept. x_hat_t has U_t(x_hat_t) >= l_t on the good
+        event, so the kept set is non-empty there; off it, the argmax of U_t is returned unfiltered."""
+        s = self.settings
+        h = self.candidate_scale()
+        lower = self.lower
+        near_idx = np.flatnonzero(self._pool_upper >= lower - self.lipschitz * h)
+        top = near_idx[np.argsort(-self._pool_upper[near_idx], kind="stable")[: max(1, s.perturb_centres)]]
+        centres = np.vstack([self.pool[top], self.recommend()[None, :]])
+        noise = self.rng.normal(0.0, h, size=(len(centres), max(1, s.perturb_per_centre), self.dim))
+        perturbed = np.clip(centres[:, None, :] + noise, 0.0, 1.0).reshape(-1, self.dim)
+        points = np.vstack([self.pool[active_idx], centres, perturbed])
+        values = np.concatenate([self._pool_upper[active_idx], self.upper(np.vstack([centres, perturbed]))])
+        keep = values >= lower
+        return (points[keep], values[keep]) if keep.any() else (points, values)
 
     def tell(self, x: np.ndarray, y: float) -> None:
         x = np.asarray(x, dtype=float)
@@ -575,25 +622,35 @@ def maximize(objective: Callable[[np.ndarray], float], bounds: Sequence[tuple[fl
     """Maximise a noisy L-Lipschitz ``objective`` on a box with CGP, at most ``budget`` evaluations.
 
     ``lipschitz`` is in the box's coordinates; on the unit cube it becomes L * (longest side), a valid
-    constant because |x - y| <= longest side * |u - v| for the cube coordinates u, v."""
+    constant because |x - y| <= longest side * |u - v| for the cube coordinates u, v. The pool is a grid
+    of about ``pool_size`` points (``grid_pool``, exact covering radius h), and both the stopping rule and
+    the returned ``gap`` are the covering-corrected eps_t^+ (``covered_gap``): on the good event
+    f* - f(x) <= gap. The pool gap eps_t is not used: on a sparse pool it undershoots (issue 18)."""
     low, high = (np.asarray(b, dtype=float) for b in zip(*bounds))
     if np.any(high <= low):
         raise ValueError("bounds: every upper bound must exceed its lower bound")
     cube_l = float(lipschitz * np.max(high - low))
-    optimizer = CertificateGuidedPruning(len(low), CGPSettings(cube_l, noise_sd, **settings), seed)
+    cgp_settings = CGPSettings(cube_l, noise_sd, **settings)
+    dim = len(low)
+    per_axis = max(2, int(math.floor(cgp_settings.pool_size ** (1.0 / dim) + 1e-9)))
+    cover = grid_covering_radius(dim, per_axis)
+    optimizer = CertificateGuidedPruning(dim, cgp_settings, seed, pool=grid_pool(dim, per_axis),
+                                         covering_radius=cover)
     stopped = False
     for _ in range(budget):
         u = optimizer.ask()
         optimizer.tell(u, float(objective(low + u * (high - low))))
-        if target_gap is not None and optimizer.should_stop(target_gap):
+        if target_gap is not None and optimizer.covered_gap(cover) <= target_gap:
             stopped = True
             break
-    return OptimizationResult(low + optimizer.recommend() * (high - low), optimizer.lower, optimizer.gap,
-                              optimizer.samples.total, stopped)
+    return OptimizationResult(low + optimizer.recommend() * (high - low), optimizer.lower,
+                              optimizer.covered_gap(cover), optimizer.samples.total, stopped)
 
 
 def minimize(objective: Callable[[np.ndarray], float], bounds: Sequence[tuple[float, float]], budget: int,
              lipschitz: float, noise_sd: float, seed: int = 0, target_gap: float | None = None,
              **settings: float) -> OptimizationResult:
-    """``maximize`` of -objective; the returned certificate is for -f (f(x_hat) - f_min <= gap)."""
+    """``maximize`` of -objective. The returned ``lower_certificate`` and ``gap`` are for -f: on the good
+    event -lower_certificate is an upper bound on f(x) and f(x) - f_min <= gap, with gap = eps_t^+ (the
+    covering-corrected gap, ``covered_gap``), not the pool gap."""
     return maximize(lambda x: -objective(x), bounds, budget, lipschitz, noise_sd, seed, target_gap, **settings)

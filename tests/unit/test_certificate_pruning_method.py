@@ -254,7 +254,9 @@ def test_a5_adaptive_doubles_at_most_three_times_from_a_quarter():
     run_noise_free(cgp, tent, 60)
     assert cgp.doublings <= 3 and cgp.lipschitz <= 4.0
     assert cgp.doublings >= 1  # it did have to learn: 0.25 < 2
-    assert m.empirical_slope(cgp.samples.points, cgp.samples.means, cgp.radii) <= 2.0 + 1e-12
+    # Relative tolerance: since the review's query rule refines x* at the pool's scale, two samples 1e-5 apart
+    # give the finite-difference slope a rounding error of about 1e-11.
+    assert m.empirical_slope(cgp.samples.points, cgp.samples.means, cgp.radii) <= 2.0 * (1 + m.SLOPE_RTOL)
 
 
 def test_a5_negative_control_uncorrected_slopes_inflate_l_under_noise():
@@ -324,9 +326,11 @@ def test_maximize_and_minimize_on_a_box():
     assert abs(result.x[0] - 4.0) < 0.05 and result.gap < 0.1
     assert abs(result.x[0] - 4.0) <= result.gap  # f* - f(x_hat) <= gap
     low = m.minimize(lambda x: abs(x[0] - 4.0) + 0.005 * rng.standard_normal(), [(2.0, 6.0)], budget=200,
-                     lipschitz=1.0, noise_sd=0.005, target_gap=0.02, pool_size=256)
-    assert low.stopped_early and low.evaluations < 200 and low.gap <= 0.02
-    assert abs(low.x[0] - 4.0) <= 0.02 + 1e-9  # f(x_hat) - f_min <= gap, certified
+                     lipschitz=1.0, noise_sd=0.005, target_gap=0.04, pool_size=256)
+    # Target 0.04 (0.02 before the review): the returned gap is now eps_t^+, which carries the grid's covering
+    # slack and reached 0.023 at T = 200 here.
+    assert low.stopped_early and low.evaluations < 200 and low.gap <= 0.04
+    assert abs(low.x[0] - 4.0) <= low.gap  # f(x_hat) - f_min <= gap, certified
     with pytest.raises(ValueError, match="bounds"):
         m.maximize(lambda x: 0.0, [(1.0, 1.0)], budget=1, lipschitz=1.0, noise_sd=0.0)
 

@@ -238,6 +238,7 @@ ZERO_TRIAL_RATES = {"c1_conditional_coverage_rate": "c1_conditional_runs",
                     "c3_adaptive_long_window_rate": "c3_adaptive_conditional_runs",
                     # the tight test bed's stopping statistics are NaN when no run stopped (issue 18)
                     "tight_valid_stop_rate": "c9b_stopped_runs", "tight_median_stop_time": "c9b_stopped_runs",
+                    "tight_log10_tightness_at_stop": "c9b_stopped_runs",
                     "tight_pool_false_stop_rate": "tight_pool_stopped_runs"}
 
 

@@ -13,6 +13,7 @@ import pytest
 from tasks.certificate_pruning import claim_metrics, runs
 from tasks.certificate_pruning import method as m
 from tasks.certificate_pruning.data import Benchmark
+from tests.unit.test_certificate_pruning_fix import old_candidates, old_maximize
 
 STEEP_L, STEEP_X_STAR, GRID = 40.0, 0.3125, 64
 
@@ -85,6 +86,10 @@ def test_maximize_with_a_target_never_stops_on_a_false_certificate(monkeypatch):
 
     stopped, regret, gap = run()
     assert not stopped or regret <= gap <= 0.01
+    # Negative control: the driver and query rule before issue 18's review (pool gap on a Sobol pool) with
+    # the gap before issue 18 (0 on an empty pool).
+    monkeypatch.setattr(m, "maximize", old_maximize)
+    monkeypatch.setattr(m.CertificateGuidedPruning, "_candidates", old_candidates)
     monkeypatch.setattr(m.CertificateGuidedPruning, "gap", property(old_gap))
     monkeypatch.setattr(m.CertificateGuidedPruning, "should_stop", old_should_stop)
     stopped, regret, gap = run()
@@ -153,28 +158,45 @@ def hand_trace() -> runs.CGPTrace:
 
 
 def test_tight_run_row_exact():
-    row = runs.tight_run_row(hand_trace(), run=4, stop_gap=0.15)
+    row = runs.tight_run_row(hand_trace(), run=4, stop_gap=0.15, final_near_fraction=0.004)
     assert row == {"run": 4, "budget": 3, "final_volume": 0.0, "covered": True, "pool_gap_bounded": True,
                    "covered_gap_bounded": True, "first_empty_step": 2, "pool_stop_time": 2, "pool_stop_regret": 0.2,
-                   "covered_stop_time": 3, "covered_stop_regret": 0.05, "stop_gap": 0.15,
+                   "covered_stop_time": 3, "covered_stop_regret": 0.05, "covered_stop_gap": 0.12,
+                   "half_target_stop_time": None, "final_near_fraction": 0.004, "stop_gap": 0.15,
                    "final_covered_gap": 0.12, "final_pool_gap": None, "final_regret": 0.05}
+    half = runs.tight_run_row(hand_trace(), run=4, stop_gap=0.6, final_near_fraction=0.004)["half_target_stop_time"]
+    assert half == 2
+    infinite = hand_trace()
+    infinite.covered_gap = [0.9, 0.3, math.inf]  # near set empty (off the good event): null, not Infinity JSON
+    assert runs.tight_run_row(infinite, run=4, stop_gap=0.15, final_near_fraction=0.0)["final_covered_gap"] is None
+    assert runs.first_step_at_most(np.array([0.9, 0.3, 0.12]), 0.3) == 2
+    assert runs.first_step_at_most(np.array([0.9, 0.3]), 0.1) is None
     broken = hand_trace()
     broken.gap = [0.7, 0.0, 0.0]  # the old empty-pool gap: the same row now reads a violated bound
-    assert not runs.tight_run_row(broken, run=4, stop_gap=0.15)["pool_gap_bounded"]
+    assert not runs.tight_run_row(broken, run=4, stop_gap=0.15, final_near_fraction=0.004)["pool_gap_bounded"]
+
+
+def test_tight_run_row_negative_control_a_coverage_that_ignores_misses(monkeypatch):
+    missed = hand_trace()
+    missed.margin = [0.3, -0.1, 0.02]  # x* pruned at step 2
+    assert not runs.tight_run_row(missed, run=0, stop_gap=0.15, final_near_fraction=0.004)["covered"]
+    monkeypatch.setattr(runs, "covered_throughout", lambda margins, from_step=1: True)
+    assert runs.tight_run_row(missed, run=0, stop_gap=0.15, final_near_fraction=0.004)["covered"]
 
 
 def row(covered=True, volume=0.0, pool_ok=False, plus_ok=True, empty=5, pool_stop=(10, 0.3), stop=(50, 0.08),
-        plus_gap=0.12, regret=0.012) -> dict:
+        plus_gap=0.12, regret=0.012, near=0.004, stop_gap=0.16, half=None) -> dict:
     return {"covered": covered, "final_volume": volume, "pool_gap_bounded": pool_ok, "covered_gap_bounded": plus_ok,
             "first_empty_step": empty, "pool_stop_time": pool_stop[0], "pool_stop_regret": pool_stop[1],
             "covered_stop_time": stop[0], "covered_stop_regret": stop[1], "stop_gap": 0.2,
-            "final_covered_gap": plus_gap, "final_regret": regret}
+            "covered_stop_gap": stop_gap if stop[0] is not None else None, "half_target_stop_time": half,
+            "final_near_fraction": near, "final_covered_gap": plus_gap, "final_regret": regret}
 
 
 def test_tight_metrics_exact_on_hand_rows():
     rows = [row(), row(covered=False, volume=0.3, pool_ok=True, empty=None, pool_stop=(None, None), stop=(None, None),
-                       plus_gap=0.5, regret=0.5),
-            row(stop=(90, 0.25), plus_gap=0.2, regret=0.002)]
+                       plus_gap=0.5, regret=0.5, near=0.3),
+            row(stop=(90, 0.25), plus_gap=0.2, regret=0.002, stop_gap=0.2, half=120)]
     controls = [row(covered=False, plus_ok=False), row()]
     got = claim_metrics.tight_metrics(rows, controls)
     assert got["c1t_covered_runs"] == 2 and got["c1t_runs"] == 3 and got["c1t_coverage_rate"] == pytest.approx(2 / 3)
@@ -188,10 +210,16 @@ def test_tight_metrics_exact_on_hand_rows():
     assert got["tight_valid_stops"] == 1 and got["tight_valid_stop_rate"] == 0.5  # 0.25 > 0.2 is not valid
     assert got["tight_pool_stopped_runs"] == 2 and got["tight_pool_false_stops"] == 2
     assert got["tight_empty_pool_runs"] == 2 and got["tight_median_stop_time"] == 70.0
-    assert got["tight_median_final_volume"] == 0.0
+    assert got["tight_median_final_volume"] == 0.0 and got["tight_median_final_near_fraction"] == 0.004
+    # at the stop: log10(0.16 / 0.08) = 0.30103 and log10(0.2 / 0.25) = -0.09691 -> median 0.10206
+    assert got["tight_log10_tightness_at_stop"] == pytest.approx((math.log10(2) + math.log10(0.8)) / 2)
+    assert got["c9c_stopped_runs"] == 1 and got["c9c_stopped_rate"] == pytest.approx(1 / 3)
+    assert claim_metrics.tight_metrics([row(plus_gap=None)], controls)["c9a_log10_tightness"] == math.inf  # None = +inf
+    # pruned counts the near-set fraction, not the active pool fraction (0 once the pool empties)
+    assert claim_metrics.tight_metrics([row(volume=0.0, near=0.2)], controls)["c1t_pruned_runs"] == 0
 
 
-def test_tight_metrics_negative_control_a_coverage_that_ignores_misses(monkeypatch):
+def test_tight_metrics_negative_control_a_pruning_threshold_nothing_meets(monkeypatch):
     rows = [row(), row(covered=False)]
     assert claim_metrics.tight_metrics(rows, [row()])["c1t_coverage_rate"] == 0.5
     monkeypatch.setattr(claim_metrics, "TIGHT_PRUNED_VOLUME", -1.0)  # nothing counts as pruned
