@@ -240,14 +240,20 @@ def test_full_fine_tune_is_unchanged_by_the_frozen_option():
     assert all(torch.equal(a, b) for a, b in zip(first.parameters(), second.parameters()))
 
 
+def scorer_seed_result(frozen_scorer_teacher_count: float) -> SeedResult:
+    """One seed's measurements for the scorer preconditions: 20 held-out groups, full scorer 5, SLM top-1 10,
+    chance 2 expected; only the frozen-body scorer's count varies between the tests."""
+    return SeedResult(0).add(slm_greedy_accuracy=0.5, local_entropy_accuracy=0.5, s2t_accuracy=0.5,
+                             takeover_accuracy=0.5, slm_maj_accuracy=0.375, trigger_count=4.0,
+                             hit_at_1_count=2.0, heldout_group_count=20.0,
+                             local_scorer_teacher_count=5.0, slm_top1_teacher_count=10.0,
+                             scorer_chance_expected=2.0, local_frozen_scorer_teacher_count=frozen_scorer_teacher_count,
+                             local_frozen_entropy_accuracy=0.625)
+
+
 def test_scorer_chance_and_frozen_scorer_metrics_exact():
     """C5/C6/C5b/C6b preconditions: scorer rate minus 1 / K, for the full and the frozen-body scorer."""
-    result = SeedResult(0).add(slm_greedy_accuracy=0.5, local_entropy_accuracy=0.5, s2t_accuracy=0.5,
-                               takeover_accuracy=0.5, slm_maj_accuracy=0.375, trigger_count=4.0,
-                               hit_at_1_count=2.0, heldout_group_count=20.0,
-                               local_scorer_teacher_count=5.0, slm_top1_teacher_count=10.0,
-                               scorer_chance_expected=2.0, local_frozen_scorer_teacher_count=1.0,
-                               local_frozen_entropy_accuracy=0.625)
+    result = scorer_seed_result(frozen_scorer_teacher_count=1.0)
     out = claim_metrics.claim_metrics(CONFIG.model_validate(smoke_section()), result)
     assert out["scorer_chance_rate"] == 0.1
     assert out["local_scorer_minus_chance"] == pytest.approx(0.15)
@@ -303,12 +309,7 @@ def test_negative_control_argmax_on_ties_favours_the_slm_top1(monkeypatch):
 def frozen_top1_check() -> bool:
     """Held-out groups 20, frozen scorer 6 of them (0.3), SLM top-1 10 (0.5), chance 2 (0.1): the frozen scorer is
     above chance (+0.2) but below the top-1 (-0.2), the case of the 12-02 run, where C5b must read undecided."""
-    result = SeedResult(0).add(slm_greedy_accuracy=0.5, local_entropy_accuracy=0.5, s2t_accuracy=0.5,
-                               takeover_accuracy=0.5, slm_maj_accuracy=0.375, trigger_count=4.0,
-                               hit_at_1_count=2.0, heldout_group_count=20.0,
-                               local_scorer_teacher_count=5.0, slm_top1_teacher_count=10.0,
-                               scorer_chance_expected=2.0, local_frozen_scorer_teacher_count=6.0,
-                               local_frozen_entropy_accuracy=0.625)
+    result = scorer_seed_result(frozen_scorer_teacher_count=6.0)
     out = claim_metrics.claim_metrics(CONFIG.model_validate(smoke_section()), result)
     return (math.isclose(out["local_frozen_scorer_minus_top1"], -0.2)
             and math.isclose(out["local_frozen_scorer_minus_chance"], 0.2))
