@@ -47,7 +47,7 @@ bench: install
 
 ## Mutation testing of tasks/<slug>/method.py against tests/unit/test_<slug>_*.py (slow; not in `test`).
 ## `make mutation SLUG=coda` one paper, `make mutation` every paper in params.yaml; RETRY=1 re-tests
-## only the last run's survivors; SAMPLE=N a seeded sample of N mutants; FUNCTIONS='f g*' only those
+## only the last run's undetected mutants (listed equivalents included); SAMPLE=N a seeded sample of N mutants; FUNCTIONS='f g*' only those
 ## functions; TESTS='method exact' only those test files; MUTATION_JOBS=N mutants in parallel (default 2).
 ## See docs/testing.md.
 mutation:

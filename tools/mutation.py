@@ -2,7 +2,7 @@
 
     python tools/mutation.py <slug> [<slug> ...]   # one or more papers
     python tools/mutation.py                       # every paper in params.yaml's `papers`
-    python tools/mutation.py <slug> --retry        # reuse the last run, re-test only its survivors
+    python tools/mutation.py <slug> --retry        # reuse the last run, re-test its survivors and equivalents
     python tools/mutation.py <slug> --sample 150   # a seeded random sample of the mutants (score +- CI)
     python tools/mutation.py <slug> --functions 'kappa*' 'merge*'   # only mutants of these functions
     python tools/mutation.py <slug> --tests method exact  # only test_<slug>_method.py, test_<slug>_exact.py
@@ -204,11 +204,14 @@ def summarise(slug: str, work: Path, seconds: float, selected: list[str] | None,
     # Conservative reading: a timeout may come from a slow machine rather than a looping mutant.
     killed_only = (detected - counts["timeout"]) / len(counted) if counted else float("nan")
     low, high = wilson(detected, len(counted))
+    # Every mutant not detected, listed equivalents included: what RETRY re-tests (see retry_targets).
+    undetected_all = sorted(name for name, s in status.items() if s not in DETECTED)
     summary = {"slug": slug, "generated": len(generated), "mutants": len(status), "sampled": sampled,
                "equivalent": sum(1 for name in equivalent if name in status), "interval95": [low, high],
                "counted": len(counted), "detected": detected, "counts": dict(counts), "score": score,
                "score_without_timeouts": killed_only,
-               "seconds": round(seconds, 1), "survivors": survivors, "stale_equivalents": stale,
+               "seconds": round(seconds, 1), "survivors": survivors, "undetected_all": undetected_all,
+               "stale_equivalents": stale,
                "detected_but_listed_equivalent": detected_but_listed}
     (work / "summary.json").write_text(json.dumps(summary, indent=2))
     (work / "survivors.diff").write_text(diffs(work, slug, list(survivors)))
@@ -235,19 +238,28 @@ def print_summary(summary: dict) -> None:
         print(f"   WARNING: docs/testing.md lists {name} as equivalent, but the tests detect it: remove it")
 
 
+def retry_targets(previous_summary: dict, listed_equivalent: set[str]) -> list[str]:
+    """The mutants RETRY re-tests: the last run's survivors, every mutant it left undetected (listed equivalents
+    included, so that one whose listing was removed since is not kept as a stale "survived"), and the mutants
+    listed as equivalent now (an older summary without "undetected_all" still re-tests them)."""
+    names = set(previous_summary.get("survivors", {})) | set(previous_summary.get("undetected_all", []))
+    return sorted(names | listed_equivalent)
+
+
 def run_paper(slug: str, retry: bool, jobs: int, functions: list[str], sample: int | None,
               kinds: list[str] | None = None) -> dict:
     work = prepare(slug, fresh=not retry, kinds=kinds)
     start = time.monotonic()
-    previous = list(json.loads((work / "summary.json").read_text())["survivors"]) if retry and (
+    previous = retry_targets(json.loads((work / "summary.json").read_text()), set(equivalents(slug))) if retry and (
         work / "summary.json").exists() else []
     selected = select(mutant_names(work, slug), functions, sample, slug) if functions or sample else None
     if selected is not None:
         print(f"mutation {slug}: testing {len(selected)} selected mutants")
     code = mutmut(work, ["run", "--max-children", str(jobs), *(selected or [])])
     if retry and previous and code == 0:
-        # mutmut keeps a verdict until the mutated function changes; re-test the old survivors explicitly
-        # so that new tests count. Names that no longer exist (method.py edited) were re-run above.
+        # mutmut keeps a verdict until the mutated function changes; re-test the old survivors (and listed
+        # equivalents, see retry_targets) explicitly so that new tests and removed listings count. Names that
+        # no longer exist (method.py edited) were re-run above.
         alive = [name for name in previous if name in statuses(work, slug)]
         if alive:
             code = mutmut(work, ["run", "--max-children", str(jobs), *alive])

@@ -24,6 +24,8 @@ from tasks.common.results import SeedResult
 PRUNED_VOLUME = 0.5  # a run "pruned" when Vol(A_T) <= this: C1 / C3a count coverage over such runs (not vacuous)
 INFORMATIVE_GAP = 1.0  # eps_T below the range of the rescaled objective (g(x*) = 1, g >= about 0): reported
 MIN_WINDOW_FRACTION = 0.5  # C3a's precondition: the window from the last doubling spans >= this share of T
+TIGHT_PRUNED_VOLUME = 0.05  # the tight test bed "prunes" a run when Vol(A_T) <= this (the brief's C2 threshold)
+REGRET_FLOOR = 1e-9  # a true regret of exactly 0 in the tightness ratio eps_T^+ / r_T
 
 
 def claim_metrics(cfg: CertificatePruningConfig, result: SeedResult) -> dict[str, float]:
@@ -35,6 +37,8 @@ def claim_metrics(cfg: CertificatePruningConfig, result: SeedResult) -> dict[str
         metrics |= hybrid_metrics(cfg, result)
     if cfg.trust_region is not None:
         metrics |= trust_region_metrics(result.tables["trust_region"])
+    if cfg.tight is not None:
+        metrics |= tight_metrics(result.tables["tight_runs"], result.tables["tight_zero_radius_runs"])
     return metrics
 
 
@@ -237,3 +241,58 @@ def trust_region_metrics(rows: list[dict[str, Any]]) -> dict[str, float]:
     wins = sum(row["cgp_tr_regret"] <= row["random_regret"] for row in rows)
     return {"c4_tr_wins_vs_random": float(wins), "c4_tr_runs": float(len(rows)),
             "c4_tr_win_rate_vs_random": wins / len(rows)}
+
+
+def tight_metrics(rows: list[dict[str, Any]], controls: list[dict[str, Any]]) -> dict[str, float]:
+    """The tight test bed's claims (C1t, C7t, C7c, C9a, C9b, C9c), their preconditions and the reported
+    tightness numbers, from the per-run rows of ``runs.tight_run_row`` (CGP) and ``controls`` (c_i = 0).
+
+    Counts are per run (each run a fresh needle). Tightness is log10(eps_T^+ / r_T) per run, its median
+    over the seed's runs (r_T floored at REGRET_FLOOR), and the same at the eps_t^+ stopping time over the
+    stopped runs. A run is pruned when its final near-set fraction is <= TIGHT_PRUNED_VOLUME.
+    A "false stop" is a run whose stopping rule fired while the true regret there exceeded the target."""
+    n, n_control = len(rows), len(controls)
+    # "Pruned" on the near-set fraction, an upper bound on the continuous volume (the active pool fraction
+    # reads 0 once the pool empties, whatever the continuous A_T).
+    pruned = sum(r["final_near_fraction"] <= TIGHT_PRUNED_VOLUME for r in rows)
+    stopped = [r for r in rows if r["covered_stop_time"] is not None]
+    pool_stopped = [r for r in rows if r["pool_stop_time"] is not None]
+    final_plus = [math.inf if r["final_covered_gap"] is None else r["final_covered_gap"] for r in rows]  # None: +inf
+    ratios = [math.log10(plus / max(r["final_regret"], REGRET_FLOOR)) for plus, r in zip(final_plus, rows)]
+    stop_ratios = [math.log10(r["covered_stop_gap"] / max(r["covered_stop_regret"], REGRET_FLOOR)) for r in stopped]
+    counts = {
+        "c1t_covered_runs": sum(r["covered"] for r in rows), "c1t_runs": n,
+        "c1t_pruned_runs": pruned,
+        "c1t_zero_radius_failures": sum(not r["covered"] for r in controls), "c1t_zero_radius_runs": n_control,
+        "c7t_pool_bounded_runs": sum(r["pool_gap_bounded"] for r in rows),
+        "c7t_pool_violated_runs": sum(not r["pool_gap_bounded"] for r in rows),
+        "c7t_covered_bounded_runs": sum(r["covered_gap_bounded"] for r in rows),
+        "c7t_zero_radius_violated_runs": sum(not r["covered_gap_bounded"] for r in controls),
+        "c9b_stopped_runs": len(stopped),
+        "c9c_stopped_runs": sum(r["half_target_stop_time"] is not None for r in rows),
+        "tight_valid_stops": sum(r["covered_stop_regret"] <= r["stop_gap"] for r in stopped),
+        "tight_pool_stopped_runs": len(pool_stopped),
+        "tight_pool_false_stops": sum(r["pool_stop_regret"] > r["stop_gap"] for r in pool_stopped),
+        "tight_empty_pool_runs": sum(r["first_empty_step"] is not None for r in rows),
+    }
+    metrics = {k: float(v) for k, v in counts.items()}
+    metrics |= {
+        "c1t_coverage_rate": rate(counts["c1t_covered_runs"], n), "c1t_pruned_rate": rate(pruned, n),
+        "c1t_zero_radius_failure_rate": rate(counts["c1t_zero_radius_failures"], n_control),
+        "c7t_pool_bounded_rate": rate(counts["c7t_pool_bounded_runs"], n),
+        "c7t_pool_violation_rate": rate(counts["c7t_pool_violated_runs"], n),
+        "c7t_covered_bounded_rate": rate(counts["c7t_covered_bounded_runs"], n),
+        "c7t_zero_radius_violation_rate": rate(counts["c7t_zero_radius_violated_runs"], n_control),
+        "c9a_log10_tightness": float(np.median(ratios)),
+        "tight_log10_tightness_at_stop": float(np.median(stop_ratios)) if stop_ratios else math.nan,
+        "c9b_stopped_rate": rate(len(stopped), n),
+        "c9c_stopped_rate": rate(counts["c9c_stopped_runs"], n),
+        "tight_valid_stop_rate": rate(counts["tight_valid_stops"], len(stopped)),
+        "tight_pool_false_stop_rate": rate(counts["tight_pool_false_stops"], len(pool_stopped)),
+        "tight_median_stop_time": float(np.median([r["covered_stop_time"] for r in stopped])) if stopped else math.nan,
+        "tight_median_final_volume": float(np.median([r["final_volume"] for r in rows])),
+        "tight_median_final_near_fraction": float(np.median([r["final_near_fraction"] for r in rows])),
+        "tight_median_final_covered_gap": float(np.median(final_plus)),
+        "tight_median_final_regret": float(np.median([r["final_regret"] for r in rows])),
+    }
+    return metrics

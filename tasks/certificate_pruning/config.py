@@ -98,6 +98,20 @@ class HybridConfig(ProfileConfig):
     check_every: int = Field(ge=1)
 
 
+class TightConfig(ProfileConfig):
+    """The tight test bed (issue 18): Needle-2D with its exact L = 1 / needle_width, lower noise, a longer
+    horizon and a grid pool whose covering radius is exact, repeated ``runs`` times per seed (claims C1t,
+    C7t, C7t+, C9a, C9b), with ``zero_radius_runs`` runs of CGP with c_i = 0 as their negative control."""
+
+    runs: int = Field(ge=1, description="CGP runs per seed (each on a fresh needle)")
+    zero_radius_runs: int = Field(ge=1, description="control runs per seed with c_i = 0")
+    noise_sd: float = Field(gt=0, le=1)
+    zero_radius_noise_sd: float = Field(gt=0, le=1, description="noise sd of the c_i = 0 control runs")
+    budget: int = Field(ge=5, description="T of every tight run")
+    grid_per_axis: int = Field(ge=2, le=256, description="grid pool of grid_per_axis^2 cell centres")
+    stop_gap: float = Field(gt=0, description="stopping target of both rules (eps_t and eps_t^+)")
+
+
 class CertificatePruningConfig(PaperConfig):
     functions: list[str] = Field(min_length=1, description="benchmarks of the main comparison")
     noise_sd: float = Field(gt=0, le=1, description="Gaussian noise on the [0, 1]-rescaled functions")
@@ -112,6 +126,7 @@ class CertificatePruningConfig(PaperConfig):
     svm: SvmConfig | None = None
     trust_region: TrustRegionConfig | None = None
     hybrid: HybridConfig | None = None
+    tight: TightConfig | None = None
 
     @field_validator("functions")
     @classmethod

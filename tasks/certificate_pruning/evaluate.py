@@ -5,7 +5,8 @@ every claim's number is derived from them in ``claim_metrics.py``.
 Order of the work (each run draws from its own seeded streams, ``runs.stream_seed``, so adding a
 stage changes no other number): the main comparison method by method over every function, the
 zero-radius negative control on Needle-2D, the repeated Needle-2D runs of CGP (C1), C7's zero-radius
-control on every function, then CGP-TR against random search (when configured).
+control on every function, the tight test bed (when configured: CGP runs and their zero-radius control),
+then CGP-TR against random search (when configured).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from tasks.certificate_pruning.runs import (
     method_runners,
     repeated_needle_runs,
     run_zero_radius_cgp,
+    tight_runs,
     trust_region_rows,
     zero_radius_runs,
 )
@@ -45,6 +47,9 @@ def evaluate(cfg: CertificatePruningConfig, seed: int, data_dir: Path, model_dir
         result.add(tables={"repeated_needle_runs": repeated_needle_runs(cfg, benches["needle2d"], seed)})
     with result.stage("zero_radius_gap_control"):
         result.add(curves=zero_radius_gap_curves(cfg, benches, seed))
+    if cfg.tight is not None:
+        with result.stage("tight"):
+            result.add(**tight_test_bed(cfg, seed))
     if cfg.trust_region is not None:
         with result.stage("cgp_tr"):
             result.add(tables={"trust_region": trust_region_rows(cfg, benches, seed)})
@@ -67,6 +72,16 @@ def run_main_comparison(cfg: CertificatePruningConfig, benches: dict[str, Benchm
                 runs[f] |= runner(cfg, benches[f], seed, k)
         progress((i + 1) / (len(runners) + 1), f"seed {seed}: {name} done on {len(cfg.functions)} functions")
     return runs
+
+
+def tight_test_bed(cfg: CertificatePruningConfig, seed: int) -> dict[str, Any]:
+    """The tight test bed's run tables (``runs.tight_runs``: CGP and its zero-radius control) and, as
+    curves, eps_t, eps_t^+, the true regret and Vol(A_t) of its first CGP run (for the figure)."""
+    rows, controls = tight_runs(cfg, seed), tight_runs(cfg, seed, zero_radius=True)
+    first = rows[0].pop("curves")
+    controls[0].pop("curves")
+    return {"tables": {"tight_runs": rows, "tight_zero_radius_runs": controls},
+            "curves": {f"tight_run0_{name}": values for name, values in first.items()}}
 
 
 def final_regrets(cfg: CertificatePruningConfig, runs: Runs, benches: dict[str, Benchmark]) -> dict[str, float]:

@@ -75,6 +75,20 @@ def sobol_pool(dim: int, size: int, seed: int) -> np.ndarray:
     return qmc.Sobol(dim, scramble=True, seed=seed).random_base2(int(math.log2(size)))
 
 
+def grid_pool(dim: int, per_axis: int) -> np.ndarray:
+    """The centres of a regular grid of ``per_axis``^d cells on [0, 1]^d (row-major): a pool whose
+    covering radius is known exactly (``grid_covering_radius``), unlike a Sobol pool's."""
+    if per_axis < 1:
+        raise ValueError(f"per_axis must be >= 1, got {per_axis}")
+    axis = (np.arange(per_axis) + 0.5) / per_axis
+    return np.stack(np.meshgrid(*([axis] * dim), indexing="ij"), axis=-1).reshape(-1, dim)
+
+
+def grid_covering_radius(dim: int, per_axis: int) -> float:
+    """Exact covering radius of ``grid_pool``: half the diagonal of a cell, sqrt(d) / (2 per_axis)."""
+    return math.sqrt(dim) / (2.0 * per_axis)
+
+
 def covering_radius_estimate(pool: np.ndarray, n_probes: int, seed: int) -> float:
     """h: the largest distance from a uniform probe to its nearest pool point (a Monte-Carlo lower
     estimate of the pool's covering radius; used to report eps_t + L h, item 4)."""
@@ -190,12 +204,21 @@ class CertificateGuidedPruning:
     the top-U active points (item 5); an already-sampled maximiser is re-sampled.
     """
 
-    def __init__(self, dim: int, settings: CGPSettings, seed: int):
+    def __init__(self, dim: int, settings: CGPSettings, seed: int, pool: np.ndarray | None = None,
+                 covering_radius: float | None = None):
+        if covering_radius is not None and not covering_radius > 0:
+            raise ValueError(f"covering_radius must be > 0, got {covering_radius}")
         self.dim = dim
         self.settings = settings
+        # h, an upper bound on the pool's covering radius (exact for ``grid_pool``); None for a Sobol pool.
+        # With it, candidates come from the near set at scale h (``_near_set_candidates``).
+        self.covering_radius = covering_radius
         self.lipschitz = settings.lipschitz
         self.rng = np.random.default_rng(seed)
-        self.pool = sobol_pool(dim, settings.pool_size, seed)
+        if pool is not None and (pool.ndim != 2 or pool.shape[1] != dim):
+            raise ValueError(f"pool must have shape (n, {dim}), got {pool.shape}")
+        # The default pool is a Sobol pool of settings.pool_size; a given pool (e.g. ``grid_pool``) replaces it.
+        self.pool = sobol_pool(dim, settings.pool_size, seed) if pool is None else np.asarray(pool, dtype=float)
         self.active = np.ones(len(self.pool), dtype=bool)
         self.samples = SampleStore(dim)
         self._pool_distances = DistanceColumns(self.pool)
@@ -232,10 +255,51 @@ class CertificateGuidedPruning:
 
     @property
     def gap(self) -> float:
-        """eps_t = max_{x in A_t} U_t(x) - l_t over the active pool (item 4); 0 when the pool is empty."""
-        if not self.active.any():
-            return 0.0
+        """eps_t = max_{x in A_t} U_t(x) - l_t over the active pool (item 4); +inf (no certificate) when
+        no sample has been taken or the active pool is empty.
+
+        An empty active *pool* does not mean an empty active *set*: on a steep function the region
+        {U_t >= l_t} around x* can be narrower than the pool's spacing, so every pool point is pruned
+        while x* (on the good event) is not. The pool then says nothing about max_{A_t} U_t, and a gap
+        of 0 there was a false certificate (issue 18): the true regret of x_hat_t stayed positive while
+        ``should_stop`` fired. ``covered_gap`` is the bound that stays valid in that case."""
+        if self.samples.size == 0 or not self.active.any():
+            return math.inf
         return float(max(0.0, self._pool_upper[self.active].max() - self.lower))
+
+    def covered_gap(self, covering_radius: float) -> float:
+        """eps_t^+ = max {U_t(p) : p in pool, U_t(p) >= l_t - L h} + L h - l_t, an upper bound on
+        max_{x in A_t} U_t(x) - l_t over the *continuous* active set, valid whenever ``covering_radius``
+        h is at least the pool's covering radius (every x of the cube within h of a pool point;
+        ``grid_covering_radius`` gives it exactly for a grid pool). [reconstructed: the project's
+        correction of item 4's pool estimate.]
+
+        Why it is valid: U_t is L-Lipschitz (a minimum of L-Lipschitz cones), so for x in A_t and its
+        nearest pool point p, U_t(p) >= U_t(x) - L h >= l_t - L h (p is in the maximised set) and
+        U_t(x) <= U_t(p) + L h. The set is never empty on the good event (x* in A_t), and it uses the
+        un-intersected envelope, a superset of the monotone A_t, so it is conservative. +inf with no
+        sample; 0 is never returned unless L h = 0 and U_t = l_t on the set."""
+        if covering_radius < 0:
+            raise ValueError(f"covering_radius must be >= 0, got {covering_radius}")
+        if self.samples.size == 0:
+            return math.inf
+        slack = self.lipschitz * covering_radius
+        lower = self.lower
+        near = self._pool_upper >= lower - slack
+        if not near.any():  # impossible on the good event: no certificate rather than a false one
+            return math.inf
+        return float(max(0.0, self._pool_upper[near].max() + slack - lower))
+
+    def near_fraction(self, covering_radius: float) -> float:
+        """|N_t| / |pool| for the near set N_t = {p : U_t(p) >= l_t - L h}. Every x with U_t(x) >= l_t has its
+        nearest pool point in N_t (``covered_gap``), so for a grid pool (equal cells of volume 1/|pool|,
+        h = ``grid_covering_radius``) it is an upper bound on Vol({x : U_t(x) >= l_t}) >= Vol(A_t), where the
+        active pool fraction (``active_fraction``) can read 0 while A_t is not empty."""
+        if covering_radius < 0:
+            raise ValueError(f"covering_radius must be >= 0, got {covering_radius}")
+        if self.samples.size == 0:
+            return 1.0
+        return float(np.mean(self._pool_upper >= self.lower - self.lipschitz * covering_radius))
 
     def recommend(self) -> np.ndarray:
         """x_hat_t = argmax_i (mu_hat_i - c_i): f* - f(x_hat) <= eps_t on the good event (item 4)."""
@@ -244,8 +308,9 @@ class CertificateGuidedPruning:
         return self.samples.points[int(np.argmax(self.samples.means - self.radii))].copy()
 
     def should_stop(self, target_gap: float) -> bool:
-        """Stopping rule of item 4: eps_t <= target."""
-        return self.samples.size > 0 and self.gap <= target_gap
+        """Stopping rule of item 4: eps_t <= target. Never with an empty active pool (``gap`` is +inf
+        there: the pool cannot certify a region it no longer represents)."""
+        return self.samples.size > 0 and bool(self.active.any()) and self.gap <= target_gap
 
     # -- ask / tell ---------------------------------------------------------------------------------
     def ask(self) -> np.ndarray:
@@ -255,10 +320,14 @@ class CertificateGuidedPruning:
         return candidates[int(np.argmax(values))].copy()
 
     def _candidates(self) -> tuple[np.ndarray, np.ndarray]:
-        """Active pool points and perturbations of the top-U active points, with their U (item 5)."""
+        """Active pool points and perturbations of the top-U active points, with their U (item 5).
+
+        With a known covering radius, or once the active pool is empty, the candidates come from the near
+        set instead (``_near_set_candidates``): the old fallback (the pool point nearest x_hat, perturbed
+        at ``perturb_scale``) queried a certified-suboptimal point (U_t < l_t) almost every step."""
         active_idx = np.flatnonzero(self.active)
-        if active_idx.size == 0:  # everything certified: refine around the recommendation
-            active_idx = np.array([int(np.argmin(np.sum((self.pool - self.recommend()) ** 2, axis=1)))])
+        if active_idx.size == 0 or self.covering_radius is not None:
+            return self._near_set_candidates(active_idx)
         pool_points, pool_values = self.pool[active_idx], self._pool_upper[active_idx]
         s = self.settings
         if s.perturb_centres == 0 or s.perturb_per_centre == 0:
@@ -270,6 +339,32 @@ class CertificateGuidedPruning:
         keep = perturbed_values >= self.lower  # only points that are not certified suboptimal now
         return (np.vstack([pool_points, perturbed[keep]]),
                 np.concatenate([pool_values, perturbed_values[keep]]))
+
+    def candidate_scale(self) -> float:
+        """h for the near set: the given covering radius, else the covering radius of a grid with as many
+        points as the pool (a scale for proposing candidates only, never used in a certificate)."""
+        if self.covering_radius is not None:
+            return self.covering_radius
+        return grid_covering_radius(self.dim, 1) * len(self.pool) ** (-1.0 / self.dim)
+
+    def _near_set_candidates(self, active_idx: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Item 5 where the pool is sparse: the active pool points, x_hat_t, the top-U points of the near
+        set N_t = {p in pool : U_t(p) >= l_t - L h} (it contains the pool point nearest any x of the
+        continuous A_t, see ``covered_gap``) and Gaussian perturbations of x_hat_t and those points at
+        scale h; only candidates with U_t >= l_t are kept. x_hat_t has U_t(x_hat_t) >= l_t on the good
+        event, so the kept set is non-empty there; off it, the argmax of U_t is returned unfiltered."""
+        s = self.settings
+        h = self.candidate_scale()
+        lower = self.lower
+        near_idx = np.flatnonzero(self._pool_upper >= lower - self.lipschitz * h)
+        top = near_idx[np.argsort(-self._pool_upper[near_idx], kind="stable")[: max(1, s.perturb_centres)]]
+        centres = np.vstack([self.pool[top], self.recommend()[None, :]])
+        noise = self.rng.normal(0.0, h, size=(len(centres), max(1, s.perturb_per_centre), self.dim))
+        perturbed = np.clip(centres[:, None, :] + noise, 0.0, 1.0).reshape(-1, self.dim)
+        points = np.vstack([self.pool[active_idx], centres, perturbed])
+        values = np.concatenate([self._pool_upper[active_idx], self.upper(np.vstack([centres, perturbed]))])
+        keep = values >= lower
+        return (points[keep], values[keep]) if keep.any() else (points, values)
 
     def tell(self, x: np.ndarray, y: float) -> None:
         x = np.asarray(x, dtype=float)
@@ -527,25 +622,35 @@ def maximize(objective: Callable[[np.ndarray], float], bounds: Sequence[tuple[fl
     """Maximise a noisy L-Lipschitz ``objective`` on a box with CGP, at most ``budget`` evaluations.
 
     ``lipschitz`` is in the box's coordinates; on the unit cube it becomes L * (longest side), a valid
-    constant because |x - y| <= longest side * |u - v| for the cube coordinates u, v."""
+    constant because |x - y| <= longest side * |u - v| for the cube coordinates u, v. The pool is a grid
+    of about ``pool_size`` points (``grid_pool``, exact covering radius h), and both the stopping rule and
+    the returned ``gap`` are the covering-corrected eps_t^+ (``covered_gap``): on the good event
+    f* - f(x) <= gap. The pool gap eps_t is not used: on a sparse pool it undershoots (issue 18)."""
     low, high = (np.asarray(b, dtype=float) for b in zip(*bounds))
     if np.any(high <= low):
         raise ValueError("bounds: every upper bound must exceed its lower bound")
     cube_l = float(lipschitz * np.max(high - low))
-    optimizer = CertificateGuidedPruning(len(low), CGPSettings(cube_l, noise_sd, **settings), seed)
+    cgp_settings = CGPSettings(cube_l, noise_sd, **settings)
+    dim = len(low)
+    per_axis = max(2, int(math.floor(cgp_settings.pool_size ** (1.0 / dim) + 1e-9)))
+    cover = grid_covering_radius(dim, per_axis)
+    optimizer = CertificateGuidedPruning(dim, cgp_settings, seed, pool=grid_pool(dim, per_axis),
+                                         covering_radius=cover)
     stopped = False
     for _ in range(budget):
         u = optimizer.ask()
         optimizer.tell(u, float(objective(low + u * (high - low))))
-        if target_gap is not None and optimizer.should_stop(target_gap):
+        if target_gap is not None and optimizer.covered_gap(cover) <= target_gap:
             stopped = True
             break
-    return OptimizationResult(low + optimizer.recommend() * (high - low), optimizer.lower, optimizer.gap,
-                              optimizer.samples.total, stopped)
+    return OptimizationResult(low + optimizer.recommend() * (high - low), optimizer.lower,
+                              optimizer.covered_gap(cover), optimizer.samples.total, stopped)
 
 
 def minimize(objective: Callable[[np.ndarray], float], bounds: Sequence[tuple[float, float]], budget: int,
              lipschitz: float, noise_sd: float, seed: int = 0, target_gap: float | None = None,
              **settings: float) -> OptimizationResult:
-    """``maximize`` of -objective; the returned certificate is for -f (f(x_hat) - f_min <= gap)."""
+    """``maximize`` of -objective. The returned ``lower_certificate`` and ``gap`` are for -f: on the good
+    event -lower_certificate is an upper bound on f(x) and f(x) - f_min <= gap, with gap = eps_t^+ (the
+    covering-corrected gap, ``covered_gap``), not the pool gap."""
     return maximize(lambda x: -objective(x), bounds, budget, lipschitz, noise_sd, seed, target_gap, **settings)

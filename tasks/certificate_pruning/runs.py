@@ -10,6 +10,7 @@ position.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -18,15 +19,17 @@ import numpy as np
 
 from tasks.certificate_pruning import baselines, method
 from tasks.certificate_pruning.config import CertificatePruningConfig
-from tasks.certificate_pruning.data import Benchmark
+from tasks.certificate_pruning.data import Benchmark, needle_value
 
 SNAPSHOT_FRACTIONS = (0.1, 0.4, 1.0)  # 2-D active-set pictures at these fractions of T
 COVER_PROBES = 4096
 METHOD_IDS = {"cgp": 0, "cgp_adaptive": 1, "hoo": 2, "zooming": 3, "direct": 4, "gp_ucb": 5, "random": 6,
               "cgp_hybrid": 7, "cgp_zero_radius": 8}
 # Stream ids of the controls outside the main comparison (stream_seed(seed, id, run, 1 = noise / 2 = optimiser)):
-# 900 the zero-radius Needle-2D control, 901 the repeated Needle-2D runs of CGP, 500 / 501 CGP-TR / random search.
+# 900 the zero-radius Needle-2D control, 901 the repeated Needle-2D runs of CGP, 500 / 501 CGP-TR / random search,
+# 910 / 911 the tight test bed's CGP runs / its zero-radius control (stream 3 there draws the run's needle centre).
 REPEAT_CGP_STREAM = 901
+TIGHT_CGP_STREAM, TIGHT_ZERO_RADIUS_STREAM = 910, 911
 
 
 # ------------------------------------------------------------------------------------------------
@@ -45,10 +48,15 @@ class CGPTrace:
     margin: list[float] = field(default_factory=list)  # U_t(x*) - l_t; x* in A_t iff >= 0 since the last reset
     snapshots: dict[int, np.ndarray] = field(default_factory=dict)
     stop_time: int | None = None
+    covered_gap: list[float] = field(default_factory=list)  # eps_t^+ (method.covered_gap), when traced
+    covered_stop_time: int | None = None  # first t with eps_t^+ <= the stopping target
 
 
 def trace_cgp(optimizer: method.CertificateGuidedPruning, bench: Benchmark, noisy: Callable[[np.ndarray], float],
-              budget: int, stop_gap: float, snapshot_steps: Sequence[int] = ()) -> CGPTrace:
+              budget: int, stop_gap: float, snapshot_steps: Sequence[int] = (),
+              covering_radius: float | None = None) -> CGPTrace:
+    """Runs ``optimizer`` for ``budget`` steps, recording the trace; with ``covering_radius`` (an upper
+    bound on the pool's covering radius) also eps_t^+ and the step where eps_t^+ <= ``stop_gap`` first."""
     trace = CGPTrace()
     for t in range(1, budget + 1):
         x = optimizer.ask()
@@ -62,6 +70,10 @@ def trace_cgp(optimizer: method.CertificateGuidedPruning, bench: Benchmark, nois
             trace.snapshots[t] = optimizer.active.copy()
         if trace.stop_time is None and optimizer.should_stop(stop_gap):
             trace.stop_time = t
+        if covering_radius is not None:
+            trace.covered_gap.append(optimizer.covered_gap(covering_radius))
+            if trace.covered_stop_time is None and trace.covered_gap[-1] <= stop_gap:
+                trace.covered_stop_time = t
     return trace
 
 
@@ -259,4 +271,85 @@ def trust_region_rows(cfg: CertificatePruningConfig, benches: dict[str, Benchmar
                               tr.budget, [tr.budget])[0]
         rows.append({"function": name, "dim": bench.dim, "cgp_tr_regret": cgp_tr, "random_regret": rand,
                      "final_local_volume": volumes[-1], "restarts": optimizer.state.restarts})
+    return rows
+
+
+# ------------------------------------------------------------------------------------------------
+# The tight test bed (issue 18): Needle-2D where the certificate prunes, C1 / C7 / tightness claims
+# ------------------------------------------------------------------------------------------------
+
+
+def tight_needle(width: float, rng: np.random.Generator) -> Benchmark:
+    """A Needle-2D of the given width with its centre drawn from ``rng`` in [0.15, 0.85]^2 (a fresh needle
+    per run, so the runs of one seed are independent trials) and its EXACT Lipschitz constant 1 / width
+    (the cone's slope; no offline estimate, no safety factor)."""
+    centre = rng.uniform(0.15, 0.85, size=2)
+    return Benchmark("needle2d", 2, needle_value(centre, width), centre, 1.0 / width)
+
+
+def first_step_at_most(values: np.ndarray, target: float) -> int | None:
+    """The first step (1-based) where ``values`` <= ``target``, None if never."""
+    hits = np.flatnonzero(np.asarray(values) <= target)
+    return int(hits[0]) + 1 if hits.size else None
+
+
+def tight_run_row(trace: CGPTrace, run: int, stop_gap: float, final_near_fraction: float) -> dict[str, Any]:
+    """The per-run summary of one tight run: final Vol(A_T) (active pool fraction) and the final near-set
+    fraction (``method.CertificateGuidedPruning.near_fraction``, an upper bound on the continuous volume),
+    coverage, whether eps_t (pool) and eps_t^+ (covering-corrected) bound the true regret at every step,
+    the first step with an empty active pool, the stopping times of both rules with the true regret there
+    and eps_t^+ at the eps_t^+ stop, and the final eps_T^+, eps_T and regret. Infinite gaps (empty pool)
+    are written as None."""
+    gap, plus, regret = np.asarray(trace.gap), np.asarray(trace.covered_gap), np.asarray(trace.regret)
+    volume = np.asarray(trace.volume)
+    empty = np.flatnonzero(volume == 0.0)
+
+    def regret_at(step: int | None) -> float | None:
+        return None if step is None else float(regret[step - 1])
+
+    return {"run": run, "budget": len(regret), "final_volume": float(volume[-1]),
+            "covered": covered_throughout(trace.margin),
+            "pool_gap_bounded": bool(np.all(gap >= regret - 1e-12)),
+            "covered_gap_bounded": bool(np.all(plus >= regret - 1e-12)),
+            "first_empty_step": int(empty[0]) + 1 if empty.size else None,
+            "pool_stop_time": trace.stop_time, "pool_stop_regret": regret_at(trace.stop_time),
+            "covered_stop_time": trace.covered_stop_time, "covered_stop_regret": regret_at(trace.covered_stop_time),
+            "covered_stop_gap": None if trace.covered_stop_time is None else float(plus[trace.covered_stop_time - 1]),
+            "half_target_stop_time": first_step_at_most(plus, stop_gap / 2),
+            "final_near_fraction": final_near_fraction,
+            "stop_gap": stop_gap,
+            "final_covered_gap": float(plus[-1]) if np.isfinite(plus[-1]) else None,
+            "final_pool_gap": float(gap[-1]) if np.isfinite(gap[-1]) else None,
+            "final_regret": float(regret[-1])}
+
+
+def tight_runs(cfg: CertificatePruningConfig, seed: int, zero_radius: bool = False) -> list[dict[str, Any]]:
+    """The tight test bed: CGP on Needle-2D (``needle_width``) with its exact L, the lower noise
+    ``tight.noise_sd``, the longer horizon ``tight.budget`` and a grid pool (exact covering radius),
+    ``tight.runs`` runs (``tight.zero_radius_runs`` with c_i = 0 at ``tight.zero_radius_noise_sd`` for the
+    control), each on a fresh needle
+    and its own streams. Per run the summary of ``tight_run_row``; the curves of run 0 ride along under
+    "curves" for the figure."""
+    tight = cfg.tight
+    pool = method.grid_pool(2, tight.grid_per_axis)
+    cover = method.grid_covering_radius(2, tight.grid_per_axis)
+    stream = TIGHT_ZERO_RADIUS_STREAM if zero_radius else TIGHT_CGP_STREAM
+    # The control runs at its own noise level: at sigma 0.005 dropping c_i lost x* in 1 of 15 runs only,
+    # too few for the control to show the test bed can fail (review of the 12-02 run).
+    noise_sd = tight.zero_radius_noise_sd if zero_radius else tight.noise_sd
+    rows = []
+    for run in range(tight.zero_radius_runs if zero_radius else tight.runs):
+        needle = tight_needle(cfg.needle_width, np.random.default_rng(stream_seed(seed, stream, run, 3)))
+        settings = dataclasses.replace(cgp_settings(cfg, needle.lipschitz, noise_sd=noise_sd,
+                                                    radius_scale=0.0 if zero_radius else 1.0),
+                                       pool_size=len(pool))
+        optimizer = method.CertificateGuidedPruning(2, settings, stream_seed(seed, stream, run, 2), pool=pool,
+                                                     covering_radius=cover)
+        noisy = needle.noisy(noise_sd, np.random.default_rng(stream_seed(seed, stream, run, 1)))
+        trace = trace_cgp(optimizer, needle, noisy, tight.budget, tight.stop_gap, covering_radius=cover)
+        row = tight_run_row(trace, run, tight.stop_gap, optimizer.near_fraction(cover))
+        if run == 0:
+            row["curves"] = {"pool_gap": trace.gap, "covered_gap": trace.covered_gap, "regret": trace.regret,
+                             "volume": trace.volume}
+        rows.append(row)
     return rows

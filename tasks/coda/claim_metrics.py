@@ -11,10 +11,12 @@ the best baseline of the task (``ltc_competitive_count``).
 from __future__ import annotations
 
 import math
+import statistics
 
-from tasks.coda.config import CodaConfig, StudyConfig
+from tasks.coda import method
+from tasks.coda.config import CodaConfig, StudyConfig, TrainConfig
 from tasks.coda.evaluate import find
-from tasks.coda.model import CODA, CONVERTED, REFERENCE
+from tasks.coda.model import ABLATION, CODA, CONVERTED, REFERENCE
 from tasks.common.results import SeedResult
 
 
@@ -31,14 +33,12 @@ def learned(row: dict, study: StudyConfig) -> bool:
     return not at_parity(row["kind"], row["chance_score"], row["score"], study)
 
 
-def has_converged(losses: list[float], loss_ratio: float) -> bool:
-    """Training has converged when the mean training loss a quarter of the epochs before the end (at least one
-    epoch) is within ``loss_ratio`` of the last one: the last quarter of training improved it by less than the
-    parity tolerance. One epoch alone cannot show it (False)."""
-    back = max(1, len(losses) // 4)
-    if len(losses) <= back:
-        return False
-    return losses[-1 - back] <= loss_ratio * losses[-1]
+def has_converged(val_losses: list[float], train: TrainConfig) -> bool:
+    """Converged by the early-stopping rule (README, "Training"): the last ``train.patience`` epochs did not
+    lower the validation loss below (1 - ``train.min_rel_improvement``) x the last improving epoch's, so the
+    model ended within that tolerance of its own best validation loss. A model stopped by ``max_epochs`` while
+    still improving has not converged."""
+    return method.epochs_since_improvement(val_losses, train.min_rel_improvement) >= train.patience
 
 
 def parity_metrics(pairs: list[tuple[dict, dict]], study: StudyConfig, fraction: str, trials: str, count: str,
@@ -71,12 +71,52 @@ def best_baseline(rows: list[dict], task: str, baseline_models: list[str]) -> di
     return max(candidates, key=lambda r: r["score"]) if classify else min(candidates, key=lambda r: r["score"])
 
 
-def with_convergence(result: SeedResult, study: StudyConfig) -> list[dict]:
-    """The evaluation's ``models`` rows, each with ``converged`` from its training-loss curve (for a conversion,
-    the fine-tuning curve)."""
-    return [row | {"converged": has_converged(result.curves[f"loss_{row['task']}_{row['model']}_L{row['layers']}"],
-                                              study.parity_mse_ratio)}
-            for row in result.tables["models"]]
+def with_convergence(result: SeedResult, train: TrainConfig) -> list[dict]:
+    """The evaluation's ``models`` rows, each with ``converged`` (``has_converged`` on its validation curve; for a
+    conversion, the fine-tuning's) and that curve as ``val_curve``."""
+    rows = []
+    for row in result.tables["models"]:
+        curve = result.curves[f"val_loss_{row['task']}_{row['model']}_L{row['layers']}"]
+        rows.append(row | {"converged": has_converged(curve, train), "val_curve": list(curve)})
+    return rows
+
+
+def epochs_to_target(val_curve: list[float], target: float) -> int:
+    """Epochs of training until the validation loss first reached ``target`` (<= it); 0 if never."""
+    return next((i + 1 for i, loss in enumerate(val_curve) if loss <= target), 0)
+
+
+def ablation_metrics(coda: dict[str, dict], ablation: dict[str, dict], cfg: CodaConfig) -> dict[str, float]:
+    """The no-ODE ablation (claims C2c, C2d, C2e; README, "Ablation"). Accuracy: per task, the linear ODE
+    matters when the ablation (GRU + dense, matched parameters) is NOT at parity with CoDA, by C3a's rule with
+    CoDA as the reference; preconditions: CoDA learned above chance, both converged, and (post hoc) the
+    ablation learned above chance. Cost: the parameter
+    mismatch |P_ablation / P_coda - 1| (largest over tasks); per task the CoDA / ablation ratio of FLOPs and of
+    paired wall-clock time per training step, and of training FLOPs to a matched accuracy target (the worse of
+    the two best validation losses, which both reached: epochs to it x FLOPs per step; the same steps per
+    epoch), each the median over tasks."""
+    tasks = cfg.data.tasks
+    metrics = parity_metrics([(ablation[t], coda[t]) for t in tasks], cfg.study, "ablation_parity_fraction",
+                             "ablation_trials", "ablation_parity_count", "coda_learned", "ablation_coda_converged")
+    matters = metrics["ablation_trials"] - metrics["ablation_parity_count"]
+    metrics |= {"ode_matters_count": matters, "ode_matters_fraction": matters / metrics["ablation_trials"]}
+    # post-hoc precondition (review of 2026-12-02): the ablation itself learned above chance, so that a miss is
+    # not just an ablation stuck at chance
+    above = float(sum(learned(ablation[t], cfg.study) for t in tasks))
+    metrics |= {"ablation_learned_count": above, "ablation_learned_fraction": above / metrics["ablation_trials"]}
+    to_target = []
+    for t in tasks:
+        target = max(min(coda[t]["val_curve"]), min(ablation[t]["val_curve"]))
+        to_target.append(epochs_to_target(coda[t]["val_curve"], target) * coda[t]["train_step_flops"]
+                         / (epochs_to_target(ablation[t]["val_curve"], target) * ablation[t]["train_step_flops"]))
+    return metrics | {
+        "ablation_parameter_mismatch_max": max(abs(ablation[t]["parameters"] / coda[t]["parameters"] - 1.0)
+                                               for t in tasks),
+        "train_flops_ratio_coda_over_ablation_median": statistics.median(
+            coda[t]["train_step_flops"] / ablation[t]["train_step_flops"] for t in tasks),
+        "measured_train_time_ratio_coda_over_ablation_median": statistics.median(
+            coda[t]["ms_train_step_paired"] / ablation[t]["ms_train_step_paired"] for t in tasks),
+        "flops_to_target_ratio_coda_over_ablation_median": statistics.median(to_target)}
 
 
 def cost_metrics(ltc: dict[str, dict], coda: dict[str, dict], tasks: list[str]) -> dict[str, float]:
@@ -117,21 +157,26 @@ def one_layer_parity(rows: list[dict], ltc: dict[str, dict], coda: dict[str, dic
     return metrics
 
 
-def two_layer_metrics(rows: list[dict], ltc: dict[str, dict], coda: dict[str, dict], cfg: CodaConfig
-                      ) -> dict[str, float]:
-    """2-layer stacks: the FLOP and wall-clock speed-up over the 1-layer one (claim C3c) and parity (C3b)."""
-    two = cfg.study.two_layer_tasks
+def depth_speedups(costs: list[dict], cost_tasks: list[str]) -> dict[str, float]:
+    """Claim C3c from the ``costs`` table (untrained 1- and 2-layer LTC and CoDA of study.cost_tasks): the
+    smallest over tasks of (LTC / CoDA training-step cost, 2 layers) / (the same, 1 layer), by the
+    deterministic FLOP count and by paired wall-clock time."""
     flop_gains, time_gains = [], []
-    for t in two:
-        ltc2, coda2 = find(rows, t, REFERENCE, 2), find(rows, t, CODA, 2)
+    for t in cost_tasks:
+        ltc1, coda1, ltc2, coda2 = (find(costs, t, kind, layers) for layers in (1, 2) for kind in (REFERENCE, CODA))
         flop_gains.append((ltc2["train_step_flops"] / coda2["train_step_flops"])
-                          / (ltc[t]["train_step_flops"] / coda[t]["train_step_flops"]))
+                          / (ltc1["train_step_flops"] / coda1["train_step_flops"]))
         time_gains.append((ltc2["ms_train_step_paired"] / coda2["ms_train_step_paired"])
-                          / (ltc[t]["ms_train_step_paired"] / coda[t]["ms_train_step_paired"]))
+                          / (ltc1["ms_train_step_paired"] / coda1["ms_train_step_paired"]))
     return {"flops_speedup_2layer_over_1layer_min": min(flop_gains),
-            "measured_speedup_2layer_over_1layer_min": min(time_gains)} | parity_metrics(
-        [(find(rows, t, CODA, 2), find(rows, t, REFERENCE, 2)) for t in two], cfg.study, "two_layer_parity_fraction",
-        "two_layer_trials", "two_layer_parity_count", "ltc_L2_learned", "two_layer_converged")
+            "measured_speedup_2layer_over_1layer_min": min(time_gains)}
+
+
+def two_layer_parity(rows: list[dict], cfg: CodaConfig) -> dict[str, float]:
+    """Claim C3b: the trained 2-layer CoDA against the trained 2-layer LTC on study.two_layer_tasks."""
+    return parity_metrics([(find(rows, t, CODA, 2), find(rows, t, REFERENCE, 2)) for t in cfg.study.two_layer_tasks],
+                          cfg.study, "two_layer_parity_fraction", "two_layer_trials", "two_layer_parity_count",
+                          "ltc_L2_learned", "two_layer_converged")
 
 
 def lfm_ratios(rows: list[dict]) -> dict[str, float]:
@@ -144,7 +189,7 @@ def lfm_ratios(rows: list[dict]) -> dict[str, float]:
 
 
 def claim_metrics(cfg: CodaConfig, result: SeedResult) -> dict[str, float]:
-    rows = with_convergence(result, cfg.study)
+    rows = with_convergence(result, cfg.train)
     tasks = cfg.data.tasks
     ltc = {t: find(rows, t, REFERENCE) for t in tasks}
     coda = {t: find(rows, t, CODA) for t in tasks}
@@ -152,7 +197,11 @@ def claim_metrics(cfg: CodaConfig, result: SeedResult) -> dict[str, float]:
     if "lorenz" in tasks:
         metrics["mse_ratio_coda_over_ltc_lorenz"] = coda["lorenz"]["score"] / ltc["lorenz"]["score"]
     if cfg.study.two_layer_tasks:
-        metrics |= two_layer_metrics(rows, ltc, coda, cfg)
+        metrics |= two_layer_parity(rows, cfg)
+    if cfg.study.cost_tasks:
+        metrics |= depth_speedups(result.tables["costs"], cfg.study.cost_tasks)
+    if cfg.study.ablation:
+        metrics |= ablation_metrics(coda, {t: find(rows, t, ABLATION) for t in tasks}, cfg)
     converted = [r for r in rows if r["model"] == CONVERTED]
     if converted:  # claim C3d: each converted model against its own teacher (same depth)
         metrics |= parity_metrics([(r, find(rows, r["task"], REFERENCE, r["layers"])) for r in converted], cfg.study,

@@ -26,6 +26,7 @@ class DataConfig(ProfileConfig):
 
     tasks: list[str] = Field(min_length=1)
     n_train: int = Field(ge=16)
+    n_val: int = Field(ge=8, description="validation sequences (early stopping, convergence check)")
     n_test: int = Field(ge=16)
     seq_len: int = Field(ge=4, le=1000)
     dt_low: float = Field(default=0.05, gt=0)
@@ -69,20 +70,39 @@ class ModelConfig(ProfileConfig):
 
 
 class TrainConfig(ProfileConfig):
-    epochs: int = Field(ge=1)
+    """Adam with early stopping on the validation split (README, "Training"): training stops once ``patience``
+    epochs in a row have not lowered the validation loss below ``(1 - min_rel_improvement)`` x the best so far,
+    or at ``max_epochs``; the model of the best validation loss is kept. A model that stopped by the rule has
+    converged (its validation loss stayed within ``min_rel_improvement`` of its own best for ``patience`` epochs);
+    one stopped by ``max_epochs`` has not."""
+
+    max_epochs: int = Field(ge=1)
+    patience: int = Field(ge=1)
+    min_rel_improvement: float = Field(default=0.01, ge=0, lt=1)
     batch_size: int = Field(ge=1)
     lr: float = Field(gt=0, le=1.0)
     grad_clip: float = Field(default=1.0, gt=0)
+
+    @model_validator(mode="after")
+    def _patience_fits(self) -> TrainConfig:
+        if self.patience >= self.max_epochs:
+            raise ValueError(f"patience ({self.patience}) must be < max_epochs ({self.max_epochs}): "
+                             "otherwise no model can stop by the rule, so none can be shown converged")
+        return self
 
 
 class StudyConfig(ProfileConfig):
     """Which comparisons run, and the parity tolerances of claims C3a-e (README, "Claims")."""
 
     baselines: list[str] = Field(default=list(BASELINES))
+    ablation: bool = Field(default=True, description="train CoDA without its linear ODE (GRU + dense, matched "
+                                                      "parameter count) on every task")
     two_layer_tasks: list[str] = Field(default=[], description="tasks also run with 2-layer LTC and CoDA stacks")
+    cost_tasks: list[str] = Field(default=[], description="tasks whose 1- and 2-layer LTC and CoDA are costed "
+                                                          "(FLOPs, paired timings) untrained, for claim C3c")
     convert_tasks: list[str] = Field(default=[], description="tasks where a trained LTC is converted to CoDA")
     distill_epochs: int = Field(default=5, ge=1)
-    finetune_epochs: int = Field(default=5, ge=1)
+    finetune_max_epochs: int = Field(default=5, ge=2, description="cap of the early-stopped fine-tuning")
     parity_mse_ratio: float = Field(default=1.1, ge=1.0, description="CoDA MSE <= this x LTC MSE is parity")
     parity_accuracy_points: float = Field(default=2.0, ge=0, description="CoDA accuracy >= LTC's - this")
     timing_batch: int = Field(default=256, ge=1, description="inference timing batch (reported, not asserted)")
@@ -96,7 +116,7 @@ class StudyConfig(ProfileConfig):
             raise ValueError(f"unknown baseline(s) {unknown} (known: {', '.join(BASELINES)})")
         return values
 
-    @field_validator("two_layer_tasks", "convert_tasks")
+    @field_validator("two_layer_tasks", "convert_tasks", "cost_tasks")
     @classmethod
     def _study_tasks(cls, values: list[str]) -> list[str]:
         return _known_tasks(values)
@@ -134,7 +154,7 @@ class CodaConfig(PaperConfig):
 
     @model_validator(mode="after")
     def _study_tasks_are_run(self) -> CodaConfig:
-        for key in ("two_layer_tasks", "convert_tasks"):
+        for key in ("two_layer_tasks", "convert_tasks", "cost_tasks"):
             missing = [t for t in getattr(self.study, key) if t not in self.data.tasks]
             if missing:
                 raise ValueError(f"study.{key}: {missing} not in data.tasks ({self.data.tasks})")

@@ -24,7 +24,7 @@ from tasks.coda.config import TASKS, CodaConfig, DataConfig
 from tasks.common.io import write_parquet
 
 SUBSTEPS = 8
-FINGERPRINT_KEYS = ("n_train", "n_test", "seq_len", "dt_low", "dt_high", "dt_resolution", "noise",
+FINGERPRINT_KEYS = ("n_train", "n_val", "n_test", "seq_len", "dt_low", "dt_high", "dt_resolution", "noise",
                     "forecast_horizon")
 
 
@@ -38,7 +38,7 @@ class TaskArrays:
     dt: np.ndarray  # (n, T) float32, elapsed time before each step
     targets: np.ndarray
     mask: np.ndarray  # (n, T) float32: which steps the forecasting loss scores
-    split: np.ndarray  # (n,) "train" | "test"
+    split: np.ndarray  # (n,) "train" | "val" | "test"
     n_outputs: int  # output dim (forecast) or number of classes
 
 
@@ -240,14 +240,14 @@ def standardise(raw: dict[str, np.ndarray], n_train: int, kind: str) -> dict[str
 
 def make_task(cfg: DataConfig, name: str, seed: int) -> TaskArrays:
     rng = np.random.default_rng([seed, TASKS.index(name)])
-    n = cfg.n_train + cfg.n_test
+    n = cfg.n_train + cfg.n_val + cfg.n_test
     kind = "classify" if name in CLASSIFICATION else "forecast"
     arrays = standardise(GENERATORS[name](cfg, rng, n), cfg.n_train, kind)
     targets = arrays["targets"]
     return TaskArrays(
         name=name, kind=kind, inputs=arrays["inputs"].astype(np.float32), dt=arrays["dt"].astype(np.float32),
         targets=targets.astype(np.int64 if kind == "classify" else np.float32), mask=arrays["mask"].astype(np.float32),
-        split=np.array(["train"] * cfg.n_train + ["test"] * cfg.n_test),
+        split=np.array(["train"] * cfg.n_train + ["val"] * cfg.n_val + ["test"] * cfg.n_test),
         n_outputs=CLASSIFICATION.get(name, targets.shape[-1] if kind == "forecast" else 0))
 
 

@@ -24,11 +24,13 @@ from tasks.coda import method
 from tasks.coda.config import CodaConfig, StudyConfig, TrainConfig
 from tasks.coda.data import TaskArrays
 from tasks.coda.model import (
+    ABLATION,
     CODA,
     CONVERTED,
     DISTILLED,
     REFERENCE,
     Split,
+    build_model,
     is_converted,
     load_model,
     model_plan,
@@ -40,6 +42,7 @@ from tasks.coda.model import (
 from tasks.common.results import Progress, SeedResult, no_progress
 
 NFE_BATCH = 4  # sequences in the instrumented forward that counts nonlinear evaluations
+TIMED = (REFERENCE, CODA, ABLATION)  # the models with FLOP counts and side-by-side timings
 
 
 def chance_score(kind: str, train: Split, test: Split) -> float:
@@ -66,8 +69,7 @@ def median_forward_seconds(model: nn.Module, batch: Split, repeats: int) -> floa
     return statistics.median(times)
 
 
-def paired_timings(models: dict[str, method.SequenceModel], batch: Split, timing: Split, repeats: int
-                   ) -> dict[str, dict[str, float]]:
+def paired_timings(models: dict, batch: Split, timing: Split, repeats: int) -> dict:
     """Median seconds of one training step (forward + backward on ``batch``, no optimiser step) and of one
     inference pass (``timing``) of every model, side by side: one warm-up each, then the models alternate
     within each repeat so that load changes hit all of them alike (README, "Method": medians of
@@ -81,7 +83,7 @@ def paired_timings(models: dict[str, method.SequenceModel], batch: Split, timing
         with torch.no_grad():
             model(timing.inputs, timing.dt)
 
-    times: dict[str, dict[str, list[float]]] = {name: {"train": [], "inference": []} for name in models}
+    times: dict = {name: {"train": [], "inference": []} for name in models}
     for model in models.values():
         train_step(model)
         infer(model)
@@ -123,7 +125,7 @@ def measure_model(model: method.SequenceModel, kind: str, layers: int, task: Tas
             "ms_inference_single": 1e3 * median_forward_seconds(model, test.take(slice(0, 1)),
                                                                 cfg.study.timing_repeats),
             "chance_score": chance_score(task.kind, train, test)} | cost_counts(
-                model, train, test, cfg.train, cfg.study, with_flops=kind in (REFERENCE, CODA))
+                model, train, test, cfg.train, cfg.study, with_flops=kind in TIMED)
 
 
 def measure_converted(task: TaskArrays, layers: int, splits: tuple[Split, Split], cfg: CodaConfig, model_dir: Path,
@@ -142,17 +144,36 @@ def find(rows: list[dict], task: str, model: str, layers: int = 1) -> dict:
 
 def time_side_by_side(trained: dict[tuple[str, str, int], method.SequenceModel], rows: list[dict],
                       splits: dict[str, tuple[Split, Split]], cfg: CodaConfig) -> None:
-    """Paired wall-clock timing of the trained LTC and CoDA models of every (task, depth); adds
-    ``ms_train_step_paired`` and ``ms_inference_batch_paired`` to their rows."""
+    """Paired wall-clock timing of the trained LTC, CoDA (and no-ODE ablation) models of every (task, depth);
+    adds ``ms_train_step_paired`` and ``ms_inference_batch_paired`` to their rows."""
     for name, layers in sorted({(t, n) for t, kind, n in trained if kind == REFERENCE}):
         train, test = splits[name]
-        models = {kind: trained[(name, kind, layers)] for kind in (REFERENCE, CODA)}
+        models = {kind: trained[(name, kind, layers)] for kind in TIMED if (name, kind, layers) in trained}
         medians = paired_timings(models, train.take(slice(0, cfg.train.batch_size)),
                                  test.take(slice(0, cfg.study.timing_batch)), cfg.study.timing_repeats)
         for kind, phases in medians.items():
             row = find(rows, name, kind, layers)
             row["ms_train_step_paired"] = 1e3 * phases["train"]
             row["ms_inference_batch_paired"] = 1e3 * phases["inference"]
+
+
+def depth_costs(task: TaskArrays, split: tuple[Split, Split], cfg: CodaConfig, seed: int) -> list[dict]:
+    """Claim C3c's rows (table ``costs``): 1- and 2-layer LTC and CoDA built from the seed and left untrained
+    (their cost depends on the weights only through the ZOH series' squaring count), with FLOPs of one training
+    step and one inference pass and the four models' paired wall-clock timings (one alternation)."""
+    train, test = split
+    batch, timing = train.take(slice(0, cfg.train.batch_size)), test.take(slice(0, cfg.study.timing_batch))
+    models = {(kind, layers): build_model(kind, layers, task, cfg.model, seed).to(train.inputs.device)
+              for layers in (1, 2) for kind in (REFERENCE, CODA)}
+    medians = paired_timings(models, batch, timing, cfg.study.timing_repeats)
+    rows = []
+    for (kind, layers), model in models.items():
+        flops = cost_counts(model, train, test, cfg.train, cfg.study, with_flops=True)
+        rows.append({"task": task.name, "model": kind, "layers": layers,
+                     "train_step_flops": flops["train_step_flops"], "inference_flops": flops["inference_flops"],
+                     "ms_train_step_paired": 1e3 * medians[(kind, layers)]["train"],
+                     "ms_inference_batch_paired": 1e3 * medians[(kind, layers)]["inference"]})
+    return rows
 
 
 def linear_ode_checks(models: list[method.SequenceModel], dt: torch.Tensor, seed: int) -> dict[str, float]:
@@ -210,9 +231,10 @@ def evaluate(cfg: CodaConfig, seed: int, data_dir: Path, model_dir: Path, device
     result = SeedResult(seed)
     with result.stage("evaluate"):
         rows, models = measure_all_models(cfg, tasks, splits, Path(model_dir), device, progress)
-        time_side_by_side({key: m for key, m in models.items() if key[1] in (REFERENCE, CODA)}, rows, splits, cfg)
+        time_side_by_side({key: m for key, m in models.items() if key[1] in TIMED}, rows, splits, cfg)
+        costs = [row for name in cfg.study.cost_tasks for row in depth_costs(tasks[name], splits[name], cfg, seed)]
     coda_models = [m for (_, kind, _), m in models.items() if kind == CODA]
-    result.add(row_metrics(rows), tables={"models": rows})
+    result.add(row_metrics(rows), tables={"models": rows, "costs": costs})
     result.add(linear_ode_checks(coda_models, splits[cfg.data.tasks[0]][0].dt, seed))
     if cfg.lfm is not None:
         from tasks.coda import hub

@@ -2,8 +2,8 @@
 
 1. ``pareto.png``: training time per epoch (the ``training`` table) vs test error (the ``models`` table), per
    model and task.
-2. ``speedup.png``: CoDA / LTC speed-up for 1- and 2-layer stacks: deterministic FLOP ratios and measured
-   wall-clock ratios.
+2. ``speedup.png``: CoDA / LTC speed-up for 1- and 2-layer stacks (trained models, and the untrained stacks
+   costed for claim C3c): deterministic FLOP ratios and measured wall-clock ratios.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from tasks.coda.config import CodaConfig
 from tasks.common.figures import PALETTE, new_figure, save_figure, write_plot_csv
 from tasks.common.results import SeedResult
 
-MODEL_ORDER = ("ltc", "coda", "coda_converted", "cfc", "odernn", "gru")
+MODEL_ORDER = ("ltc", "coda", "gru_dense", "coda_converted", "cfc", "odernn", "gru")
 
 
 def model_rows(results: list[SeedResult]) -> list[dict]:
@@ -35,18 +35,26 @@ def model_rows(results: list[SeedResult]) -> list[dict]:
 
 
 def speedup_rows(results: list[SeedResult]) -> list[dict]:
+    """LTC / CoDA cost ratios per (seed, task, depth): of the trained models (``models`` table) and of the
+    untrained 1- and 2-layer stacks costed for claim C3c (``costs`` table)."""
     rows = []
     for r in results:
-        table = r.tables["models"]
-        for ltc in (row for row in table if row["model"] == "ltc"):
-            coda = next(row for row in table if row["model"] == "coda" and row["task"] == ltc["task"]
-                        and row["layers"] == ltc["layers"])
-            rows.append({"seed": r.seed, "task": ltc["task"], "layers": ltc["layers"],
-                         "flops_speedup_train": ltc["train_step_flops"] / coda["train_step_flops"],
-                         "flops_speedup_inference": ltc["inference_flops"] / coda["inference_flops"],
-                         "measured_speedup_train": ltc["ms_train_step_paired"] / coda["ms_train_step_paired"],
-                         "measured_speedup_inference": (ltc["ms_inference_batch_paired"]
-                                                        / coda["ms_inference_batch_paired"])})
+        for source, table in (("trained", r.tables["models"]), ("untrained", r.tables.get("costs", []))):
+            rows += [row | {"seed": r.seed, "source": source} for row in ratio_rows(table)]
+    return rows
+
+
+def ratio_rows(table: list[dict]) -> list[dict]:
+    rows = []
+    for ltc in (row for row in table if row["model"] == "ltc"):
+        coda = next(row for row in table if row["model"] == "coda" and row["task"] == ltc["task"]
+                    and row["layers"] == ltc["layers"])
+        rows.append({"task": ltc["task"], "layers": ltc["layers"],
+                     "flops_speedup_train": ltc["train_step_flops"] / coda["train_step_flops"],
+                     "flops_speedup_inference": ltc["inference_flops"] / coda["inference_flops"],
+                     "measured_speedup_train": ltc["ms_train_step_paired"] / coda["ms_train_step_paired"],
+                     "measured_speedup_inference": (ltc["ms_inference_batch_paired"]
+                                                    / coda["ms_inference_batch_paired"])})
     return rows
 
 
@@ -75,14 +83,15 @@ def pareto_figure(rows: pl.DataFrame, tasks: list[str], path: Path) -> Path:
 
 def speedup_figure(rows: pl.DataFrame, path: Path) -> Path:
     fig, axes = new_figure(ncols=2, width=8.0)
-    means = rows.group_by("layers").agg(pl.all().exclude("seed", "task").mean()).sort("layers")
+    means = rows.group_by("source", "layers").agg(pl.all().exclude("seed", "task").mean()).sort("source", "layers")
     width = 0.35
     for ax, phase in zip(axes[0], ("train", "inference")):
         x = np.arange(means.height)
         ax.bar(x - width / 2, means[f"flops_speedup_{phase}"], width, label="FLOPs (deterministic)")
         ax.bar(x + width / 2, means[f"measured_speedup_{phase}"], width, label="wall-clock (measured side by side)")
         ax.axhline(1.0, color="black", linewidth=0.8)
-        ax.set(xticks=x, xticklabels=[f"{n} layer(s)" for n in means["layers"]], ylabel="LTC / CoDA cost",
+        ax.set(xticks=x, xticklabels=[f"{n} layer(s)\n{src}" for src, n in zip(means["source"], means["layers"])],
+               ylabel="LTC / CoDA cost",
                title=f"CoDA speed-up over LTC: {phase}")
     axes[0][0].legend()
     return save_figure(fig, path)

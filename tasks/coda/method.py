@@ -225,6 +225,58 @@ class CodaBlock(nn.Module):
         return self.readout(torch.cat([torch.stack(states, dim=1), memory], dim=-1))
 
 
+class GruDenseBlock(nn.Module):
+    """Ablation of ``CodaBlock`` without its linear ODE: the same fused GRU memory and a dense read-out of h_k
+    alone, y_k = W h_k + b (README, "Ablation"). At a matched parameter count (``matched_ablation_hidden``)
+    it decides whether the linear ODE carries anything a slightly wider GRU does not."""
+
+    def __init__(self, in_dim: int, out_dim: int, gru_hidden: int):
+        super().__init__()
+        if gru_hidden < 1:
+            raise ValueError(f"gru_hidden must be >= 1, got {gru_hidden}")
+        self.gru = nn.GRU(in_dim, gru_hidden, batch_first=True)
+        self.readout = nn.Linear(gru_hidden, out_dim)
+
+    def forward(self, inputs: torch.Tensor, dt: torch.Tensor) -> torch.Tensor:
+        memory, _ = self.gru(inputs)
+        return self.readout(memory)
+
+
+def gru_dense_parameters(in_dim: int, out_dim: int, gru_hidden: int) -> int:
+    """Parameters of ``GruDenseBlock``: GRU 3H(in + H) weights + 6H biases, read-out H x out + out."""
+    h = gru_hidden
+    return 3 * h * (in_dim + h) + 6 * h + h * out_dim + out_dim
+
+
+def coda_parameters(in_dim: int, out_dim: int, gru_hidden: int, rank: int) -> int:
+    """Parameters of ``CodaBlock``: GRU, P and S (r x r each), B (r x H), read-out (r + H) x out + out."""
+    h = gru_hidden
+    return 3 * h * (in_dim + h) + 6 * h + 2 * rank * rank + rank * h + (rank + h) * out_dim + out_dim
+
+
+def matched_ablation_hidden(in_dim: int, out_dim: int, gru_hidden: int, rank: int) -> int:
+    """The GRU width of the no-ODE ablation whose parameter count is closest to the CoDA block's (ties: the
+    smaller width): the ablation gets the ODE's parameters back as GRU units."""
+    target = coda_parameters(in_dim, out_dim, gru_hidden, rank)
+    widths = range(1, 4 * (gru_hidden + rank) + 1)
+    return min(widths, key=lambda w: (abs(gru_dense_parameters(in_dim, out_dim, w) - target), w))
+
+
+def epochs_since_improvement(val_losses: list[float], min_rel_improvement: float) -> int:
+    """Early-stopping counter (README, "Training"): epochs since the last improving one, an epoch improving when
+    its validation loss falls below (1 - min_rel_improvement) x the loss of the last improving epoch (the first
+    epoch always improves; 0 for no epochs). Smaller gains do not move the reference, so a slow drift that adds
+    up to more than the tolerance still counts. Training stops, and the model counts as converged, once this
+    reaches the patience: its validation loss then stayed within the tolerance of its own best for that long."""
+    reference, since = math.inf, 0
+    for loss in val_losses:
+        if loss < (1.0 - min_rel_improvement) * reference:
+            reference, since = loss, 0
+        else:
+            since += 1
+    return since
+
+
 class SequenceModel(nn.Module):
     """A stack of sequence layers and a linear head (per-step outputs; classification reads the last step)."""
 

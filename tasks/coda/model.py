@@ -21,6 +21,7 @@ from tasks.common.seeding import torch_init_seed
 
 REFERENCE = "ltc"
 CODA = "coda"
+ABLATION = "gru_dense"  # CoDA without its linear ODE, at a matched parameter count (method.GruDenseBlock)
 CONVERTED = "coda_converted"
 DISTILLED = "coda_distilled"  # the converted student after layer-wise distillation, before fine-tuning
 
@@ -32,6 +33,9 @@ def build_layer(kind: str, in_dim: int, cfg: ModelConfig) -> tuple[nn.Module, in
         return method.LTCLayer(in_dim, cfg.ltc_units, cfg.ode_unfolds), cfg.ltc_units
     if kind == "coda":
         return method.CodaBlock(in_dim, cfg.ltc_units, cfg.coda_gru_hidden, cfg.coda_rank, cfg.coda_eps), cfg.ltc_units
+    if kind == ABLATION:
+        hidden = method.matched_ablation_hidden(in_dim, cfg.ltc_units, cfg.coda_gru_hidden, cfg.coda_rank)
+        return method.GruDenseBlock(in_dim, cfg.ltc_units, hidden), cfg.ltc_units
     if kind == "cfc":
         return baselines.CfCLayer(in_dim, cfg.baseline_hidden), cfg.baseline_hidden
     if kind == "odernn":
@@ -55,7 +59,8 @@ def model_plan(cfg: CodaConfig) -> list[tuple[str, str, int]]:
     """(task, model kind, layers) of every model one seed trains, in training order."""
     plan = []
     for task in cfg.data.tasks:
-        plan += [(task, kind, 1) for kind in (REFERENCE, CODA, *cfg.study.baselines)]
+        ablation = (ABLATION,) if cfg.study.ablation else ()
+        plan += [(task, kind, 1) for kind in (REFERENCE, CODA, *ablation, *cfg.study.baselines)]
         if task in cfg.study.two_layer_tasks:
             plan += [(task, REFERENCE, 2), (task, CODA, 2)]
     return plan
@@ -101,12 +106,15 @@ class Split:
         return Split(self.inputs[index], self.dt[index], self.targets[index], self.mask[index])
 
 
-def task_splits(task: data.TaskArrays, device: str) -> tuple[Split, Split]:
-    def part(name: str) -> Split:
-        rows = task.split == name
-        return Split(*(torch.as_tensor(a[rows]).to(device) for a in (task.inputs, task.dt, task.targets, task.mask)))
+def split_part(task: data.TaskArrays, name: str, device: str) -> Split:
+    """The rows of one split ("train", "val" or "test")."""
+    rows = task.split == name
+    return Split(*(torch.as_tensor(a[rows]).to(device) for a in (task.inputs, task.dt, task.targets, task.mask)))
 
-    return part("train"), part("test")
+
+def task_splits(task: data.TaskArrays, device: str) -> tuple[Split, Split]:
+    """Training and test rows (the validation rows: ``split_part(task, "val", device)``)."""
+    return split_part(task, "train", device), split_part(task, "test", device)
 
 
 def task_loss(kind: str, outputs: torch.Tensor, batch: Split) -> torch.Tensor:

@@ -9,14 +9,6 @@ from tasks.common.params import PaperConfig, ProfileConfig
 TITLE = "constrained_unlearning: Unlearning in Diffusion Models with KL and Likelihood Constraints"
 
 
-class PerFormulation(ProfileConfig):
-    """One positive value per formulation (reverse KL, forward KL, likelihood)."""
-
-    ru: float = Field(gt=0)
-    fu: float = Field(gt=0)
-    lu: float = Field(gt=0)
-
-
 class MixtureConfig(ProfileConfig):
     """q: an 8-mode ring GMM plus a "close" mode just outside the forget mode (ring mode 0); q_u = that mode.
 
@@ -46,7 +38,7 @@ class GridConfig(ProfileConfig):
     target_forget_mass: float = Field(gt=0, lt=1)
     iterations: int = Field(ge=1)
     primal_step: float = Field(gt=0, le=1)
-    dual_lr: PerFormulation
+    dual_step: float = Field(gt=0, description="one normalised dual step for RU, FU and LU (method.normalised_dual_lr)")
 
 
 class DDPMConfig(ProfileConfig):
@@ -77,8 +69,10 @@ class UnlearnConfig(ProfileConfig):
     batch_size: int = Field(ge=8)
     lr: float = Field(gt=0)
     dual_samples: int = Field(ge=50)
-    dual_lr: PerFormulation
+    dual_step: float = Field(gt=0, description="one normalised dual step for RU, FU and LU (method.normalised_dual_lr)")
     knn_k: int = Field(ge=1, le=50)
+    forget_samples: int = Field(ge=50, description="samples of q_u the density-free primal steps may use")
+    concept_steps: int = Field(ge=1, description="DSM steps fitting RU's q_u network (from the pretrained weights)")
 
 
 class DataUnlearnConfig(ProfileConfig):

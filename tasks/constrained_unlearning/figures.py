@@ -74,11 +74,14 @@ def lambda_figure(results: Results, path: Path) -> Path:
             for r in results:
                 curve = r.curves.get(f"{stage}_lambda_{f}")
                 if curve:
-                    ax.plot(np.arange(1, len(curve) + 1), curve, label=f"seed {r.seed}")
+                    line, = ax.plot(np.arange(1, len(curve) + 1), curve, label=f"seed {r.seed}")
+                    reference = r.curves.get(f"b_lambda_{f}_analytic") if stage == "b" else None
+                    if reference:  # the analytic reference run, dotted in the same colour
+                        ax.plot(np.arange(1, len(reference) + 1), reference, ls=":", color=line.get_color())
                 ax.axhline(r.metrics[f"a_lambda_star_{f}"], ls="--", color="k", alpha=0.4)
-            ax.set_title(f"{f.upper()}: {'grid iterations' if stage == 'a' else 'DDPM dual updates'}")
+            ax.set_title(f"{f.upper()}: {'grid iterations' if stage == 'a' else 'DDPM (dotted: analytic reference)'}")
             ax.set_xlabel("iteration" if stage == "a" else "dual update")
-            ax.set_ylabel("lambda (dashed: closed-form lambda*)")
+            ax.set_ylabel("lambda (dashed: lambda_b of the threshold)")
             ax.legend(fontsize=6)
     return save_figure(fig, path)
 

@@ -253,6 +253,58 @@ def lambda_for_forget_mass(formulation: str, problem: GridProblem, forget_mass: 
     return float(brentq(gap, 0.0, high, xtol=1e-14, rtol=1e-12, maxiter=500))
 
 
+def requested_mass_reference(problem: GridProblem, forget_mass: float) -> np.ndarray:
+    """q with its forget-region mass scaled to ``forget_mass`` (and the rest scaled up to 1 - forget_mass).
+
+    The user's request ("keep ``forget_mass`` of the concept") turned into a distribution without solving the
+    problem: the threshold of each formulation is this reference's constraint value
+    (:func:`bound_for_forget_mass`), so the constrained optimum's forget mass is an outcome, not an input."""
+    q = normalise(problem.q, problem.cell)
+    start = mass(q, problem.forget_mask, problem.cell)
+    if not 0 < forget_mass < start:
+        raise ValueError(f"requested forget mass must be in (0, {start:.4f}) (the mass under q), got {forget_mass}")
+    scale = np.where(problem.forget_mask, forget_mass / start, (1.0 - forget_mass) / (1.0 - start))
+    return q * scale
+
+
+def bound_for_forget_mass(formulation: str, problem: GridProblem, forget_mass: float) -> float:
+    """Threshold b (RU, FU) or eps (LU) from the requested forget mass: the constraint's value at
+    :func:`requested_mass_reference`, never at the constrained optimum."""
+    return constraint_value(formulation, requested_mass_reference(problem, forget_mass), problem)
+
+
+def lambda_for_bound(formulation: str, problem: GridProblem, bound: float) -> float:
+    """The lambda whose closed-form Lagrangian minimiser meets the constraint with equality (bisection): the
+    optimal dual variable of the constrained problem with threshold ``bound`` (KKT: active constraint)."""
+
+    def gap(lam: float) -> float:
+        return violation(formulation, constraint_value(formulation, target(formulation, problem, lam), problem),
+                         bound)
+
+    high = LAMBDA_SEARCH_MAX[formulation]
+    if formulation == "fu":
+        high = float(np.min(problem.q[problem.qu > 0] / problem.qu[problem.qu > 0]))
+    if formulation == "ru":
+        high = 0.999
+    if gap(0.0) <= 0:
+        raise ValueError(f"{formulation}: the constraint (bound {bound:g}) already holds at lambda = 0")
+    if gap(high) > 0:
+        raise ValueError(f"{formulation}: no lambda <= {high:g} meets the bound {bound:g}")
+    return float(brentq(gap, 0.0, high, xtol=1e-14, rtol=1e-12, maxiter=500))
+
+
+def normalised_dual_lr(dual_step: float, start_violation: float) -> float:
+    """Learning rate of :func:`projected_dual_ascent` for one dual step rule shared by every formulation.
+
+    The constraint is measured in units of its violation at the start, g~ = g / |g_0|, and its multiplier
+    nu = lambda |g_0| (then nu g~ = lambda g: the same Lagrangian) is updated by nu <- [nu + dual_step g~]_+.
+    In lambda that is lambda <- [lambda + dual_step g / g_0^2]_+. nu is in the objective's units (nats), so
+    one ``dual_step`` serves RU, FU and LU, whose lambdas differ by orders of magnitude."""
+    if dual_step <= 0 or not start_violation:
+        raise ValueError(f"need dual_step > 0 and a non-zero start violation (got {dual_step}, {start_violation})")
+    return dual_step / start_violation**2
+
+
 # ------------------------------------------------------------------------------------------------
 # Primal-dual on a density grid (exact; Stage A)
 # ------------------------------------------------------------------------------------------------
@@ -406,20 +458,19 @@ class UnlearnResult:
     losses: list[float] = field(default_factory=list)
 
 
-def primal_dual_unlearn(formulation: str, model: torch.nn.Module, schedule, pool: torch.Tensor,
-                        log_q_pool: np.ndarray, log_qu_pool: np.ndarray, bound: float,
-                        constraint_fn: Callable[[np.ndarray], float], *, dual_updates: int, steps_per_dual: int,
-                        batch_size: int, lr: float, dual_lr: float, dual_samples: int,
-                        generator: torch.Generator, lam0: float = 0.0, lam_max: float | None = None,
-                        dual_update: DualUpdate = projected_dual_ascent,
-                        progress: Callable[[float], None] | None = None) -> UnlearnResult:
-    """Primal-dual unlearning of a DDPM (Stage B, README "What is measured").
+PrimalLoss = Callable[[torch.Generator], torch.Tensor]
 
-    Each round: draw ``dual_samples`` from the current model, estimate the constraint with
-    ``constraint_fn`` and take the dual step; then ``steps_per_dual`` primal Adam steps on the Lagrangian at
-    the new lambda. The primal loss is denoising score matching on the pool of q-samples weighted by
-    p*_lambda / q (:func:`importance_weights`), whose minimiser is the Lagrangian's minimiser p*_lambda.
-    """
+
+def primal_dual_loop(formulation: str, model: torch.nn.Module, schedule, primal_loss: Callable[[float], PrimalLoss],
+                     bound: float, constraint_fn: Callable[[np.ndarray], float], *, dual_updates: int,
+                     steps_per_dual: int, lr: float, dual_lr: float, dual_samples: int, generator: torch.Generator,
+                     lam0: float = 0.0, lam_max: float | None = None, dual_update: DualUpdate = projected_dual_ascent,
+                     progress: Callable[[float], None] | None = None) -> UnlearnResult:
+    """Primal-dual unlearning of a DDPM with any primal loss (Stage B, README "What is measured").
+
+    Each round: draw ``dual_samples`` from the current model, estimate the constraint with ``constraint_fn``
+    and take the dual step; then ``steps_per_dual`` Adam steps on ``primal_loss(lambda)``, a loss whose
+    minimiser is the Lagrangian's minimiser at that lambda."""
     from tasks.constrained_unlearning import diffusion
 
     cap = lam_max if lam_max is not None else (0.99 if formulation == "ru" else math.inf)
@@ -432,10 +483,9 @@ def primal_dual_unlearn(formulation: str, model: torch.nn.Module, schedule, pool
         lam = min(cap, dual_update(lam, g, dual_lr))
         result.slacks.append(g)
         result.lambdas.append(lam)
-        weights = torch.as_tensor(importance_weights(formulation, log_q_pool, log_qu_pool, lam), dtype=torch.float32)
+        loss_fn = primal_loss(lam)
         for _ in range(steps_per_dual):
-            index = torch.randint(0, pool.shape[0], (batch_size,), generator=generator)
-            loss = diffusion.dsm_loss(model, pool[index], schedule, generator, weights[index])
+            loss = loss_fn(generator)
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
             optimizer.step()
@@ -444,6 +494,95 @@ def primal_dual_unlearn(formulation: str, model: torch.nn.Module, schedule, pool
             progress((round_index + 1) / dual_updates)
     result.lam = lam
     return result
+
+
+def importance_weighted_loss(model: torch.nn.Module, schedule, pool: torch.Tensor, weights: torch.Tensor,
+                             batch_size: int) -> PrimalLoss:
+    """DSM on pool batches weighted by ``weights`` (the analytic reference: weights p*_lambda / q)."""
+    from tasks.constrained_unlearning import diffusion
+
+    def loss(generator: torch.Generator) -> torch.Tensor:
+        index = torch.randint(0, pool.shape[0], (batch_size,), generator=generator)
+        return diffusion.dsm_loss(model, pool[index], schedule, generator, weights[index])
+
+    return loss
+
+
+def primal_dual_unlearn(formulation: str, model: torch.nn.Module, schedule, pool: torch.Tensor,
+                        log_q_pool: np.ndarray, log_qu_pool: np.ndarray, bound: float,
+                        constraint_fn: Callable[[np.ndarray], float], *, dual_updates: int, steps_per_dual: int,
+                        batch_size: int, lr: float, dual_lr: float, dual_samples: int,
+                        generator: torch.Generator, lam0: float = 0.0, lam_max: float | None = None,
+                        dual_update: DualUpdate = projected_dual_ascent,
+                        progress: Callable[[float], None] | None = None) -> UnlearnResult:
+    """Primal-dual with the analytic primal step (the reference of Stage B; Stage C on training atoms): denoising
+    score matching on the pool of q-samples weighted by p*_lambda / q (:func:`importance_weights`), whose
+    minimiser is p*_lambda. It evaluates the densities of q and q_u: a toy shortcut."""
+
+    def primal_loss(lam: float) -> PrimalLoss:
+        weights = torch.as_tensor(importance_weights(formulation, log_q_pool, log_qu_pool, lam), dtype=torch.float32)
+        return importance_weighted_loss(model, schedule, pool, weights, batch_size)
+
+    return primal_dual_loop(formulation, model, schedule, primal_loss, bound, constraint_fn,
+                            dual_updates=dual_updates, steps_per_dual=steps_per_dual, lr=lr, dual_lr=dual_lr,
+                            dual_samples=dual_samples, generator=generator, lam0=lam0, lam_max=lam_max,
+                            dual_update=dual_update, progress=progress)
+
+
+# ------------------------------------------------------------------------------------------------
+# Density-free primal losses (Stage B): never evaluate the density of q (p0) or of p*_lambda
+# ------------------------------------------------------------------------------------------------
+
+
+def ru_composed_epsilon(eps_q: torch.Tensor, eps_u: torch.Tensor, lam: float) -> torch.Tensor:
+    """Noise prediction of the RU optimum by score composition: eps* = eps_q - eta (eps_u - eps_q),
+    eta = lambda / (1 - lambda) (the score form of p*_RU with score = -eps / sigma_t; ESD's target)."""
+    return eps_q - eta_from_lambda(lam) * (eps_u - eps_q)
+
+
+def ru_composition_loss(model: torch.nn.Module, frozen_q: torch.nn.Module, frozen_u: torch.nn.Module, schedule,
+                        pool: torch.Tensor, lam: float, batch_size: int) -> PrimalLoss:
+    """RU primal loss without densities: regress eps_theta(x_t, t) on :func:`ru_composed_epsilon` of the frozen
+    pretrained network (q's score) and a frozen network of q_u (the concept's score, trained on q_u's samples),
+    at x_t noised from q's training samples. Composing noised scores is exact at t = 0 and the usual guidance
+    approximation at t > 0 (as in ESD)."""
+    from tasks.constrained_unlearning import diffusion
+
+    def loss(generator: torch.Generator) -> torch.Tensor:
+        x0 = pool[torch.randint(0, pool.shape[0], (batch_size,), generator=generator)]
+        x_t, t, _ = diffusion.noise_batch(x0, schedule, generator)
+        with torch.no_grad():
+            target_eps = ru_composed_epsilon(frozen_q(x_t, t), frozen_u(x_t, t), lam)
+        return ((model(x_t, t) - target_eps) ** 2).sum(dim=1).mean()
+
+    return loss
+
+
+def fu_difference_loss(model: torch.nn.Module, schedule, pool: torch.Tensor, forget_samples: torch.Tensor,
+                       lam: float, batch_size: int) -> PrimalLoss:
+    """FU primal loss without densities: DSM_q - lambda DSM_{q_u}, q's term on its training samples and q_u's on
+    samples of the forget distribution. Its minimiser is the denoiser of (q - lambda q_u) (normalised), i.e.
+    p*_FU where q - lambda q_u >= 0; the loss is unbounded below where lambda q_u exceeds q."""
+    from tasks.constrained_unlearning import diffusion
+
+    def loss(generator: torch.Generator) -> torch.Tensor:
+        x_q = pool[torch.randint(0, pool.shape[0], (batch_size,), generator=generator)]
+        x_u = forget_samples[torch.randint(0, forget_samples.shape[0], (batch_size,), generator=generator)]
+        return (diffusion.dsm_loss(model, x_q, schedule, generator)
+                - lam * diffusion.dsm_loss(model, x_u, schedule, generator))
+
+    return loss
+
+
+def lu_likelihood_weights(qu_at_pool: np.ndarray, lam: float) -> np.ndarray:
+    """Self-normalised weights exp(-lambda q_u(x_i)) (mean 1) for q's training samples x_i: the LU Lagrangian
+    KL(p||q) + lambda E_p[q_u] has minimiser q exp(-lambda q_u) / Z, so these are p*/q computed from the
+    likelihood q_u alone (the constraint's own function), never from q's or p*'s density."""
+    if lam < 0:
+        raise ValueError(f"lambda must be >= 0, got {lam}")
+    log_w = -lam * np.asarray(qu_at_pool, dtype=np.float64)
+    w = np.exp(log_w - log_w.max())
+    return w * (len(w) / w.sum())
 
 
 # ------------------------------------------------------------------------------------------------

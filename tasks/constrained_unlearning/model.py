@@ -1,5 +1,5 @@
 """What train.py and evaluate.py share: the seed folder's file names, the DDPM built from the config, the
-closed-form thresholds of Stage A, the baseline sweep and the duplicated training set of Stage C.
+thresholds of Stage A (from the requested forget mass), the baseline sweep and the duplicated training set of Stage C.
 
 Files of ``models/constrained_unlearning/seed<N>/`` (safetensors via ``tasks.common.io.save_state_dict``):
 ``pretrained``, ``unlearned_{ru,fu,lu}`` (Stage B primal-dual), ``baseline<j>_<kind>_<value>`` (Stage B
@@ -26,8 +26,12 @@ DUAL_VARIABLES = "dual_variables.json"
 DATA_FU = "data_fu"  # key of the Stage C run in DUAL_VARIABLES (the Stage B runs use their formulation)
 
 
-def unlearned_file(formulation: str) -> str:
-    return f"unlearned_{formulation}.safetensors"
+CONCEPT = "concept_qu.safetensors"  # RU's network of q_u (density-free score composition)
+
+
+def unlearned_file(formulation: str, analytic: bool = False) -> str:
+    """Checkpoint of a Stage B primal-dual run: the density-free method, or its analytic reference."""
+    return f"unlearned_{formulation}{'_analytic' if analytic else ''}.safetensors"
 
 
 def noise_schedule(ddpm: DDPMConfig) -> diffusion.NoiseSchedule:
@@ -40,13 +44,27 @@ def load_model(ddpm: DDPMConfig, path: Path) -> diffusion.EpsilonMLP:
     return load_state_dict(model, path).eval()
 
 
-def closed_form_target(formulation: str, problem: method.GridProblem, forget_mass: float
-                       ) -> tuple[float, np.ndarray, float]:
-    """(lambda*, p*, b) on the Stage A grid: the dual variable whose Lagrangian minimiser p* holds ``forget_mass``
-    in the forget region, and the constraint's value at p* (the threshold b / eps of the constrained problem)."""
-    lam_star = method.lambda_for_forget_mass(formulation, problem, forget_mass)
-    p_star = method.target(formulation, problem, lam_star)
-    return lam_star, p_star, method.constraint_value(formulation, p_star, problem)
+@dataclass(frozen=True)
+class ConstrainedOptimum:
+    """One formulation's constrained problem on the Stage A grid, from the user's requested forget mass: the
+    threshold b / eps (:func:`method.bound_for_forget_mass`), the optimal dual variable lambda_b and the optimum
+    p*_b (:func:`method.lambda_for_bound`), and the violation at p = q (the dual step's normaliser)."""
+
+    bound: float
+    lam: float
+    p: np.ndarray
+    start_violation: float
+
+    def dual_lr(self, dual_step: float) -> float:
+        return method.normalised_dual_lr(dual_step, self.start_violation)
+
+
+def constrained_optimum(formulation: str, problem: method.GridProblem, forget_mass: float) -> ConstrainedOptimum:
+    bound = method.bound_for_forget_mass(formulation, problem, forget_mass)
+    lam = method.lambda_for_bound(formulation, problem, bound)
+    q = method.normalise(problem.q, problem.cell)
+    start = method.violation(formulation, method.constraint_value(formulation, q, problem), bound)
+    return ConstrainedOptimum(bound, lam, method.target(formulation, problem, lam), start)
 
 
 @dataclass(frozen=True)

@@ -12,6 +12,7 @@ The toy runs on the CPU whatever ``device`` says: its 2-D MLP is too small to ga
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -24,6 +25,7 @@ from tasks.constrained_unlearning.config import ConstrainedUnlearningConfig
 from tasks.constrained_unlearning.hub import refuse_unimplemented
 from tasks.constrained_unlearning.mixture import GaussianMixture
 from tasks.constrained_unlearning.model import (
+    CONCEPT,
     DATA_FU,
     DATA_UNLEARNED,
     DUAL_VARIABLES,
@@ -32,7 +34,7 @@ from tasks.constrained_unlearning.model import (
     BaselineJob,
     DuplicatedSet,
     baseline_jobs,
-    closed_form_target,
+    constrained_optimum,
     duplicated_set,
     noise_schedule,
     proxy_radius,
@@ -109,17 +111,22 @@ def unlearn_each_formulation(cfg: ConstrainedUnlearningConfig, seed: int, pretra
                              pool: torch.Tensor, q: GaussianMixture, forget: GaussianMixture,
                              schedule: diffusion.NoiseSchedule, model_dir: Path, result: SeedResult,
                              progress: Progress) -> dict[str, float]:
-    """One primal-dual run per formulation from the pretrained weights (importance-weighted DSM on q's samples,
-    dual step on a sample estimate of the constraint); returns the final lambda of each."""
+    """Two primal-dual runs per formulation from the pretrained weights, both with the threshold set from the
+    requested forget mass and the one normalised dual step: the density-free primal step (the method,
+    :func:`density_free_unlearn`) and the analytic reference (importance-weighted DSM with the known densities).
+    Returns the final lambda of each (keys ``<f>`` and ``<f>_analytic``)."""
     un = cfg.unlearn
     _, problem = data.grid_problem(q, forget, cfg.grid)
     pool_np = pool.numpy().astype(np.float64)
     log_masses = (q.log_density(pool_np), forget.log_density(pool_np))
     qu_samples = forget.sample(un.dual_samples, np.random.default_rng(2_000 + seed))
+    forget_samples = torch.as_tensor(forget.sample(un.forget_samples, np.random.default_rng(3_000 + seed)),
+                                     dtype=torch.float32)  # the user's data of the concept (q_u's samples)
+    concept = fit_concept_model(cfg, seed, pretrained, forget_samples, schedule)
+    save_state_dict(concept, model_dir / CONCEPT)
     duals = {}
     for i, f in enumerate(method.FORMULATIONS):
-        _, _, bound = closed_form_target(f, problem, cfg.grid.target_forget_mass)
-        model = clone(pretrained)
+        optimum = constrained_optimum(f, problem, cfg.grid.target_forget_mass)
 
         def constraint(points: np.ndarray, f: str = f) -> float:
             return method.sample_constraint_value(f, points, forget.log_density, qu_samples, un.knn_k)
@@ -127,16 +134,70 @@ def unlearn_each_formulation(cfg: ConstrainedUnlearningConfig, seed: int, pretra
         def report(fraction: float, f: str = f, i: int = i) -> None:
             progress(0.3 + 0.4 * (i + fraction) / 3, f"seed {seed}: primal-dual {f.upper()} {fraction:.0%}")
 
-        run = method.primal_dual_unlearn(
-            f, model, schedule, pool, *log_masses, bound, constraint, dual_updates=un.dual_updates,
-            steps_per_dual=un.steps_per_dual, batch_size=un.batch_size, lr=un.lr, dual_lr=getattr(un.dual_lr, f),
-            dual_samples=un.dual_samples, generator=torch.Generator().manual_seed(10_000 * (seed + 1) + i),
-            progress=report)
+        reference = clone(pretrained)
+        ref_run = method.primal_dual_unlearn(
+            f, reference, schedule, pool, *log_masses, optimum.bound, constraint, dual_updates=un.dual_updates,
+            steps_per_dual=un.steps_per_dual, batch_size=un.batch_size, lr=un.lr,
+            dual_lr=optimum.dual_lr(un.dual_step), dual_samples=un.dual_samples,
+            generator=torch.Generator().manual_seed(10_000 * (seed + 1) + i))
+        save_state_dict(reference, model_dir / unlearned_file(f, analytic=True))
+        model = clone(pretrained)
+        run = density_free_unlearn(f, cfg, model, pretrained, concept, pool, forget, forget_samples, schedule,
+                                   optimum.bound,
+                                   constraint, optimum.dual_lr(un.dual_step),
+                                   torch.Generator().manual_seed(1_000_003 * (seed + 1) + i), report)
         save_state_dict(model, model_dir / unlearned_file(f))
-        result.add({f"b_{f}_lambda": run.lam, f"b_{f}_final_slack": run.slacks[-1]},
-                   curves={f"b_lambda_{f}": run.lambdas})
+        result.add({f"b_{f}_lambda": run.lam, f"b_{f}_final_slack": run.slacks[-1],
+                    f"b_{f}_analytic_lambda": ref_run.lam, f"b_{f}_analytic_final_slack": ref_run.slacks[-1]},
+                   curves={f"b_lambda_{f}": run.lambdas, f"b_lambda_{f}_analytic": ref_run.lambdas})
         duals[f] = run.lam
+        duals[f"{f}_analytic"] = ref_run.lam
     return duals
+
+
+def fit_concept_model(cfg: ConstrainedUnlearningConfig, seed: int, pretrained: diffusion.EpsilonMLP,
+                      concept_data: torch.Tensor, schedule: diffusion.NoiseSchedule) -> diffusion.EpsilonMLP:
+    """RU's network of q_u (the "concept" branch ESD takes from the conditional model): the pretrained weights
+    fine-tuned by DSM on samples of q_u only, the data a user has of the concept to forget."""
+    un = cfg.unlearn
+    model = clone(pretrained)
+
+    def loss(g: torch.Generator) -> torch.Tensor:
+        batch = concept_data[torch.randint(0, concept_data.shape[0], (un.batch_size,), generator=g)]
+        return diffusion.dsm_loss(model, batch, schedule, g)
+
+    diffusion.train(model, loss, un.concept_steps, cfg.ddpm.lr, torch.Generator().manual_seed(4_000 + seed),
+                    cosine_decay=True)
+    return model.eval()
+
+
+def density_free_unlearn(formulation: str, cfg: ConstrainedUnlearningConfig, model: diffusion.EpsilonMLP,
+                         pretrained: diffusion.EpsilonMLP, concept: diffusion.EpsilonMLP, pool: torch.Tensor,
+                         forget: GaussianMixture, forget_samples: torch.Tensor, schedule: diffusion.NoiseSchedule,
+                         bound: float,
+                         constraint: Callable[[np.ndarray], float], dual_lr: float, generator: torch.Generator,
+                         progress: Callable[[float], None] | None = None) -> method.UnlearnResult:
+    """Primal-dual with a primal step that never evaluates the density of q (p0) or of p*_lambda: RU by score
+    composition of the frozen pretrained and concept networks, FU by DSM_q - lambda DSM_{q_u} on q's training
+    samples and q_u's samples, LU by DSM on q's training samples weighted by exp(-lambda q_u(x)) (the
+    likelihood q_u is the constraint's own function). ``forget`` is q_u (its density is the LU constraint's
+    function); ``q`` is not an argument: nothing here can reach it."""
+    un = cfg.unlearn
+    frozen = clone(pretrained).eval()
+    qu_at_pool = forget.density(pool.numpy().astype(np.float64))
+
+    def primal_loss(lam: float) -> method.PrimalLoss:
+        if formulation == "ru":
+            return method.ru_composition_loss(model, frozen, concept, schedule, pool, lam, un.batch_size)
+        if formulation == "fu":
+            return method.fu_difference_loss(model, schedule, pool, forget_samples, lam, un.batch_size)
+        weights = torch.as_tensor(method.lu_likelihood_weights(qu_at_pool, lam), dtype=torch.float32)
+        return method.importance_weighted_loss(model, schedule, pool, weights, un.batch_size)
+
+    return method.primal_dual_loop(formulation, model, schedule, primal_loss, bound, constraint,
+                                   dual_updates=un.dual_updates, steps_per_dual=un.steps_per_dual, lr=un.lr,
+                                   dual_lr=dual_lr, dual_samples=un.dual_samples, generator=generator,
+                                   progress=progress)
 
 
 def baseline_loss(job: BaselineJob, model: diffusion.EpsilonMLP, cfg: ConstrainedUnlearningConfig,

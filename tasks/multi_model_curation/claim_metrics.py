@@ -11,7 +11,7 @@ import numpy as np
 
 from tasks.common.results import SeedResult
 from tasks.multi_model_curation import method
-from tasks.multi_model_curation.config import COUPLED_CONFIGS, AnalyticConfig, MultiModelCurationConfig
+from tasks.multi_model_curation.config import COUPLED_CONFIGS, AnalyticConfig, MixtureConfig, MultiModelCurationConfig
 from tasks.multi_model_curation.loops import BETA1_RANGE, K_LABELS
 
 
@@ -115,6 +115,74 @@ def divergent_claims(rows: list[dict]) -> dict[str, float]:
             "c1_divergent_sampled_worst_margin": max(margins)}
 
 
+def survey_claims(result: SeedResult) -> dict[str, float]:
+    """C7a-e (issue 19, item 1): self-inversion among configurations drawn from ``method.ConfigPrior``.
+
+    K -> infinity: the rate of inverting draws among the converged draws (their counts are the evaluation's
+    metrics ``survey_kinf_inverting`` / ``survey_kinf_trials``). Sampled at K (labels
+    ksmall / klarge, table ``survey_sampled``): among the seed's first i.i.d. draws (``random``), those whose
+    sampled ΔA_1 < 0 while the isolated counterpart gains at K -> infinity (``method.self_inverts``); among
+    the first K -> infinity self-inverting draws (``inverting``), those that still self-invert when sampled."""
+    metrics = {"survey_kinf_rate": result.metrics["survey_kinf_inverting"] / result.metrics["survey_kinf_trials"]}
+    rows = result.tables["survey_sampled"]
+    for label in K_LABELS:
+        at_k = [r for r in rows if r["label"] == label and r["converged"]]
+        for subset in ("random", "inverting"):
+            chosen = [r for r in at_k if r[subset]]
+            inverts = method.self_inverts([r["sampled_dA1"] for r in chosen],
+                                          [r["analytic_isolated_dA"] for r in chosen])
+            metrics[f"survey_{subset}_inverting_{label}"] = float(np.sum(inverts))
+            metrics[f"survey_{subset}_trials_{label}"] = float(len(chosen))
+            if chosen:  # no rate without trials (survey.sampled_random = 0 samples no i.i.d. draw)
+                metrics[f"survey_{subset}_rate_{label}"] = float(np.mean(inverts))
+    return metrics
+
+
+def window_drift(curve: list[float] | np.ndarray, burn_in: int) -> float:
+    """How much a loop still moves over its averaging window (rounds burn_in + 1 .. end of ``curve``, whose
+    entry 0 is round 0): the mean of the window's second half minus the mean of its first half (an odd
+    middle round is in neither half). 0 for a stationary loop up to sampling noise."""
+    window = np.asarray(curve, dtype=float)[burn_in + 1:]
+    half = window.size // 2
+    if half < 1:
+        raise ValueError(f"window_drift: the window after burn_in {burn_in} has fewer than 2 rounds")
+    return float(window[-half:].mean() - window[:half].mean())
+
+
+def drift_excess(ends: list[dict], key: str, burn_in: int) -> float:
+    """Stationarity margin of a chord (review of 2026-12-02): the larger |window_drift| of the two beta_1 ends'
+    curves ``key`` minus half the end-to-end difference |A(high) - A(low)| (= |chord| Δbeta_1 / 2). < 0 when
+    the loop moves less within its window than half the effect the chord measures."""
+    sums = [np.asarray(r["curve_A1"], dtype=float) + np.asarray(r["curve_A2"], dtype=float) for r in ends]
+    curves = sums if key == "sum" else [r[f"curve_{key}"] for r in ends]
+    fixed = [np.asarray(c, dtype=float)[burn_in + 1:].mean() for c in curves]
+    return max(abs(window_drift(c, burn_in)) for c in curves) - abs(fixed[1] - fixed[0]) / 2
+
+
+def mixture_claims(result: SeedResult, cfg: MixtureConfig) -> dict[str, float]:
+    """C8a-c (issue 19, item 2): the chords ΔA_i/Δbeta_1 of self-invert with ``cfg.components``-Gaussian
+    generators (``mixture_*``) and of the single-Gaussian control at the same sizes (``gaussian_control_*``),
+    model 1's isolated chord for both, the mixture's log-likelihood gain over a single Gaussian on model 1's
+    training data at the high beta_1 (raw and less the BIC penalty), the change one more EM step would make
+    there, and the stationarity margins of the coupled chords (``drift_excess``; table ``mixture_self_invert``)."""
+    low, high = BETA1_RANGE["self_invert"]
+    metrics = {}
+    for prefix, g in (("mixture", cfg.components), ("gaussian_control", 1)):
+        ends = sorted((r for r in result.tables["mixture_self_invert"] if r["components"] == g),
+                      key=lambda r: r["beta1"])
+        for key, name in (("A1", "dA1"), ("A2", "dA2"), ("isolated_A", "isolated_dA")):
+            metrics[f"{prefix}_self_invert_{name}"] = (ends[1][key] - ends[0][key]) / (high - low)
+        metrics[f"{prefix}_self_invert_dsum"] = metrics[f"{prefix}_self_invert_dA1"] + metrics[
+            f"{prefix}_self_invert_dA2"]
+        metrics[f"{prefix}_loglik_gain_model1"] = ends[1]["loglik_gain_1"]
+        metrics[f"{prefix}_loglik_gain_over_bic_model1"] = ends[1]["loglik_gain_1"] - method.bic_penalty_per_sample(
+            g, ends[1]["fit_size"])
+        metrics[f"{prefix}_em_step_gain_model1"] = max(r["em_step_gain_1"] for r in ends)
+        for key, name in (("A1", "dA1"), ("A2", "dA2"), ("sum", "dsum")):
+            metrics[f"{prefix}_drift_excess_{name}"] = drift_excess(ends, key, cfg.burn_in)
+    return metrics
+
+
 def stationary_curves(result: SeedResult, prefix: str, n_models: int) -> np.ndarray:
     """The per-model curves ``<prefix>_A<i>`` as one (rounds + 1, N) array."""
     return np.stack([np.array(result.curves[f"{prefix}_A{i + 1}"]) for i in range(n_models)], axis=1)
@@ -146,6 +214,10 @@ def claim_metrics(config: MultiModelCurationConfig, result: SeedResult) -> dict[
         coupled = coupled_claims(tables["sampled_fixed_points"], result.metrics)
         metrics |= coupled | isolated_control_claims(result, coupled["dampen_dA1_klarge"])
         metrics |= divergent_claims(tables["divergent_sampled"])
+    if config.survey is not None:
+        metrics |= survey_claims(result)
+    if config.mixture is not None:
+        metrics |= mixture_claims(result, config.mixture)
     if config.neural is not None:
         metrics |= neural_claims(result, config.neural.burn_in)
     if config.hub is not None:

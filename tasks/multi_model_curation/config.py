@@ -88,6 +88,51 @@ class NeuralConfig(ProfileConfig):
         return self
 
 
+class SurveyConfig(ProfileConfig):
+    """Configurations drawn from the fixed prior ``method.ConfigPrior`` (README, "Design of the survey"):
+    the K -> infinity self-inversion rate on ``analytic_configs`` draws per seed, and sampled loops (K =
+    sampled.k_small and k_large) on the first ``sampled_random`` draws and on the first ``sampled_inverting``
+    draws that self-invert at K -> infinity."""
+
+    analytic_configs: int = Field(ge=10, description="configurations drawn per seed for the K -> inf rate")
+    analytic_rounds: int = Field(ge=50, description="rounds of the batched K -> inf recursion")
+    converged_tol: float = Field(gt=0, le=1e-3, description="a configuration whose state still moves more than "
+                                                              "this in the last round is not counted")
+    sampled_random: int = Field(ge=0, description="the first draws of the seed, sampled at both K")
+    sampled_inverting: int = Field(ge=0, description="the first K -> inf self-inverting draws, sampled at both K")
+    n_samples: int = Field(ge=100, description="curated samples per model per round of the survey's loops")
+    rounds: int = Field(ge=2)
+    burn_in: int = Field(ge=0)
+
+    @model_validator(mode="after")
+    def _sizes(self) -> SurveyConfig:
+        if self.burn_in >= self.rounds - 1:
+            raise ValueError(f"burn_in ({self.burn_in}) must be < rounds - 1 ({self.rounds - 1})")
+        if self.sampled_random + self.sampled_inverting == 0:
+            raise ValueError("sampled_random + sampled_inverting must be >= 1 (the finite-K rates need trials)")
+        if self.sampled_random > self.analytic_configs:
+            raise ValueError(f"sampled_random ({self.sampled_random}) must be <= analytic_configs "
+                             f"({self.analytic_configs})")
+        return self
+
+
+class MixtureConfig(ProfileConfig):
+    """Gaussian-mixture generators refit by EM on the self-invert config (README, "Design of the mixture test")."""
+
+    components: int = Field(ge=2, le=8, description="Gaussians per generator (1 would be the single-Gaussian loop)")
+    em_iterations: int = Field(ge=1, description="EM steps per refit (warm start from the previous round)")
+    k: int = Field(ge=2, description="Bradley-Terry candidates per prompt")
+    n_samples: int = Field(ge=100)
+    rounds: int = Field(ge=2)
+    burn_in: int = Field(ge=0)
+
+    @model_validator(mode="after")
+    def _sizes(self) -> MixtureConfig:
+        if self.burn_in >= self.rounds - 1:
+            raise ValueError(f"burn_in ({self.burn_in}) must be < rounds - 1 ({self.rounds - 1})")
+        return self
+
+
 class HubConfig(ProfileConfig):
     """Paper profile: chat LMs fine-tuned on each other's curated generations (the project's proposal)."""
 
@@ -132,7 +177,23 @@ class MultiModelCurationConfig(PaperConfig):
     analytic: AnalyticConfig
     sampled: SampledConfig | None = None
     neural: NeuralConfig | None = None
+    survey: SurveyConfig | None = None
+    mixture: MixtureConfig | None = None
     hub: HubConfig | None = None
+
+    @model_validator(mode="after")
+    def _needs_sampled(self) -> MultiModelCurationConfig:
+        # The survey's sampled loops use sampled.k_small / k_large and the real data set of the sampled loops.
+        for name in ("survey", "mixture"):
+            if getattr(self, name) is not None and self.sampled is None:
+                raise ValueError(f"{name} needs the sampled section (its K values and real data set)")
+        if self.sampled is not None:
+            for name in ("survey", "mixture"):
+                section = getattr(self, name)
+                if section is not None and section.n_samples > self.sampled.real_pool:
+                    raise ValueError(f"{name}.n_samples ({section.n_samples}) must be <= sampled.real_pool "
+                                     f"({self.sampled.real_pool})")
+        return self
 
 
 CONFIG = MultiModelCurationConfig

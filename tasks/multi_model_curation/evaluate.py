@@ -24,14 +24,19 @@ from tasks.multi_model_curation import baselines, data, method
 from tasks.multi_model_curation.config import (
     COUPLED_CONFIGS,
     AnalyticConfig,
+    MixtureConfig,
     MultiModelCurationConfig,
     NeuralConfig,
     SampledConfig,
+    SurveyConfig,
 )
 from tasks.multi_model_curation.loops import (
     BETA1_RANGE,
     CONVERGENT_CONFIGS,
     K_LABELS,
+    MIXTURE_STREAM,
+    SURVEY_DRAW_STREAM,
+    SURVEY_LOOP_STREAM,
     load_neural_generators,
     loop_rng,
     neural_eval_features,
@@ -232,6 +237,106 @@ def measure_sampled(cfg: SampledConfig, analytic: AnalyticConfig, seed: int, rea
 
 
 # ------------------------------------------------------------------------------------------------
+# Configurations drawn from the fixed prior (issue 19, item 1)
+# ------------------------------------------------------------------------------------------------
+
+def counted_inverting(chords: dict[str, np.ndarray], converged_tol: float) -> tuple[np.ndarray, np.ndarray]:
+    """(converged, inverting) masks of the survey's draws: a draw counts when its state moved at most
+    ``converged_tol`` in the last round, and inverts when it counts and ``method.self_inverts`` holds."""
+    converged = chords["moved"] <= converged_tol
+    return converged, method.self_inverts(chords["dA1"], chords["isolated_dA"]) & converged
+
+
+def survey_indices(inverting: np.ndarray, cfg: SurveyConfig) -> list[int]:
+    """The draws the survey samples: the first ``sampled_random`` of the seed (i.i.d. from the prior) and the
+    first ``sampled_inverting`` that self-invert at K -> infinity (in draw order; the two sets may overlap)."""
+    first_inverting = np.flatnonzero(inverting)[: cfg.sampled_inverting].tolist()
+    return sorted(set(range(cfg.sampled_random)) | set(first_inverting))
+
+
+def sampled_chord(spec_at: method.ConfigBatch, index: int, cfg: SurveyConfig, k: int, real: method.RealData,
+                  seed: int) -> np.ndarray:
+    """ΔA_i/Δbeta_1 of one drawn configuration, sampled at K = ``k`` (both ends on one stream: common random
+    numbers)."""
+    ends = []
+    for beta1 in (spec_at.beta1_low[index], spec_at.beta1_high[index]):
+        trajectory = method.iterate_sampled(spec_at.spec(index, float(beta1)), cfg.rounds, k, cfg.n_samples, real,
+                                            loop_rng(seed, SURVEY_LOOP_STREAM, index, k))
+        ends.append(method.stationary_alignment(trajectory, cfg.burn_in))
+    return (ends[1] - ends[0]) / (spec_at.beta1_high[index] - spec_at.beta1_low[index])
+
+
+def measure_survey(cfg: SurveyConfig, sampled: SampledConfig, seed: int, real: method.RealData,
+                   progress: Progress, result: SeedResult) -> None:
+    """The seed's draws from ``method.ConfigPrior``: the K -> infinity chords of every draw (counts in the
+    metrics), and the sampled chords at k_small and k_large of the draws ``survey_indices`` picks (table
+    ``survey_sampled``, one row per draw and K; the K -> infinity values of the same draw beside them)."""
+    batch = method.draw_configs(method.ConfigPrior(), cfg.analytic_configs, loop_rng(seed, SURVEY_DRAW_STREAM))
+    chords = method.survey_chords(batch, cfg.analytic_rounds)
+    converged, inverting = counted_inverting(chords, cfg.converged_tol)
+    random_draws = set(range(cfg.sampled_random))
+    first_inverting = set(np.flatnonzero(inverting)[: cfg.sampled_inverting].tolist())
+    rows = []
+    indices = survey_indices(inverting, cfg)
+    for done, index in enumerate(indices):
+        for label, k in zip(K_LABELS, (sampled.k_small, sampled.k_large)):
+            chord = sampled_chord(batch, index, cfg, k, real, seed)
+            rows.append({"index": index, "random": index in random_draws, "inverting": index in first_inverting,
+                         "converged": bool(converged[index]), "label": label, "K": k,
+                         "sampled_dA1": float(chord[0]), "sampled_dA2": float(chord[1]),
+                         "analytic_dA1": float(chords["dA1"][index]), "analytic_dA2": float(chords["dA2"][index]),
+                         "analytic_isolated_dA": float(chords["isolated_dA"][index]),
+                         "lambda": batch.real_share[index].tolist(), "mixing": batch.mixing[index].tolist(),
+                         "targets": batch.targets[index].tolist(), "beta2": float(batch.beta2[index]),
+                         "beta1_low": float(batch.beta1_low[index]), "beta1_high": float(batch.beta1_high[index])})
+        progress((done + 1) / max(1, len(indices)), f"seed {seed}: survey draw {index}")
+    inverting_chords = chords["dA1"][inverting]
+    result.add({"survey_kinf_trials": float(converged.sum()), "survey_kinf_inverting": float(inverting.sum()),
+                "survey_kinf_unconverged": float((~converged).sum()),
+                "survey_kinf_isolated_not_gaining": float((chords["isolated_dA"][converged] <= 0).sum()),
+                "survey_kinf_median_inverting_dA1": float(np.median(inverting_chords)) if inverting.any()
+                else float("nan")},
+               tables={"survey_sampled": rows})
+
+
+# ------------------------------------------------------------------------------------------------
+# Gaussian-mixture generators on the self-invert config (issue 19, item 2)
+# ------------------------------------------------------------------------------------------------
+
+def mixture_ends(cfg: MixtureConfig, components: int, seed: int, real: method.RealData) -> list[dict]:
+    """Self-invert's coupled loop and model 1's isolated counterpart with ``components``-Gaussian generators
+    refit by EM, at both ends of beta_1 (common random numbers per loop kind): stationary A_i (mean after
+    ``burn_in``), the last refit's log-likelihood gain over a single Gaussian and the change one more EM step
+    would make (``method.em_step_gain``), and the coupled loop's A_1(t), A_2(t)."""
+    spec = method.canonical_specs()["self_invert"]
+    rows = []
+    for beta1 in BETA1_RANGE["self_invert"]:
+        coupled_spec = spec_with_beta1(spec, beta1)
+        coupled = method.iterate_mixture(coupled_spec, cfg.rounds, cfg.k, cfg.n_samples, real,
+                                         loop_rng(seed, MIXTURE_STREAM, components, cfg.k), components,
+                                         cfg.em_iterations)
+        alone = method.iterate_mixture(baselines.isolated_counterpart(coupled_spec, 0), cfg.rounds, cfg.k,
+                                       cfg.n_samples, real, loop_rng(seed, MIXTURE_STREAM + 1, components, cfg.k),
+                                       components, cfg.em_iterations)
+        fixed = coupled.alignment[cfg.burn_in + 1:].mean(axis=0)
+        rows.append({"components": components, "beta1": beta1, "A1": float(fixed[0]), "A2": float(fixed[1]),
+                     "isolated_A": float(alone.alignment[cfg.burn_in + 1:, 0].mean()),
+                     "loglik_gain_1": float(coupled.loglik_gain[0]), "loglik_gain_2": float(coupled.loglik_gain[1]),
+                     "em_step_gain_1": float(coupled.em_step_gain[0]), "em_step_gain_2": float(coupled.em_step_gain[1]),
+                     "fit_size": coupled.fit_size,
+                     "curve_A1": coupled.alignment[:, 0].tolist(), "curve_A2": coupled.alignment[:, 1].tolist()})
+    return rows
+
+
+def measure_mixture(cfg: MixtureConfig, seed: int, real: method.RealData, result: SeedResult) -> None:
+    """The mixture generators (``cfg.components``) and, at the same sizes, K and streams' layout, the
+    single-Gaussian generators (one component: EM is then the Gaussian MLE) as the control that still
+    self-inverts (table ``mixture_self_invert``)."""
+    rows = mixture_ends(cfg, cfg.components, seed, real) + mixture_ends(cfg, 1, seed, real)
+    result.add(tables={"mixture_self_invert": rows})
+
+
+# ------------------------------------------------------------------------------------------------
 # The trained neural generators
 # ------------------------------------------------------------------------------------------------
 
@@ -258,6 +363,12 @@ def evaluate(config: MultiModelCurationConfig, seed: int, data_dir: Path, model_
     if config.sampled is not None:
         with result.stage("sampled"):
             measure_sampled(config.sampled, config.analytic, seed, real, progress, result)
+    if config.survey is not None:
+        with result.stage("survey"):
+            measure_survey(config.survey, config.sampled, seed, real, progress, result)
+    if config.mixture is not None:
+        with result.stage("mixture"):
+            measure_mixture(config.mixture, seed, real, result)
     if config.neural is not None:
         result.add(tables={"neural": neural_rows(config.neural, config.analytic, seed, Path(model_dir))})
     return result

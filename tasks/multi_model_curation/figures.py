@@ -97,12 +97,48 @@ def sign_table(results: Results, path: Path) -> Path | None:
     return save_figure(fig, path)
 
 
+def survey_and_mixture(results: Results, path: Path) -> Path | None:
+    """Issue 19. Left: model 1's chord sampled at K = 16 and 64 against its K -> infinity chord, for the survey's
+    sampled draws of every seed (below 0 on both axes: self-inversion kept). Right: the self-invert chords
+    with 3-component mixture generators and with the single-Gaussian control, per seed."""
+    first = results[0]
+    if "survey_sampled" not in first.tables or "mixture_self_invert" not in first.tables:
+        return None
+    fig, axes = new_figure(ncols=2, width=9.0, height=3.8)
+    ax = axes[0, 0]
+    for label, color, k_name in (("ksmall", "C0", "K = 16"), ("klarge", "C1", "K = 64")):
+        rows = [row for r in results for row in r.tables["survey_sampled"] if row["label"] == label]
+        ax.scatter([row["analytic_dA1"] for row in rows], [row["sampled_dA1"] for row in rows], s=14, color=color,
+                   marker="o", alpha=0.7, label=k_name)
+    ax.axhline(0.0, color="k", lw=0.8)
+    ax.axvline(0.0, color="k", lw=0.8)
+    ax.set_xlabel("K→∞ chord ΔA₁/Δβ₁")
+    ax.set_ylabel("sampled chord ΔA₁/Δβ₁")
+    ax.set_title("Drawn configurations (prior fixed before the run)")
+    ax.legend()
+    ax = axes[0, 1]
+    names = ("dA1", "dA2", "dsum")
+    for offset, (prefix, color, label) in enumerate((("mixture", "C2", "3-Gaussian mixture (EM)"),
+                                                      ("gaussian_control", "C3", "single Gaussian"))):
+        for x, name in enumerate(names):
+            values = [r.metrics[f"{prefix}_self_invert_{name}"] for r in results]
+            ax.scatter([x + 0.15 * (2 * offset - 1)] * len(values), values, color=color, s=14,
+                       label=label if x == 0 else None)
+    ax.axhline(0.0, color="k", lw=0.8)
+    ax.set_xticks(range(len(names)), ["model 1", "peer", "A₁ + A₂"])
+    ax.set_ylabel("ΔA / Δβ₁ (β₁ 0.6 → 4, K = 64)")
+    ax.set_title("Self-invert config: generator class")
+    ax.legend()
+    return save_figure(fig, path)
+
+
 def make_figures(config: Any, results: Results, figures_dir: Path, plots_dir: Path) -> list[Path]:
     """Every PNG and CSV plot source of the paper from the per-seed results."""
     figures_dir, plots_dir = Path(figures_dir), Path(plots_dir)
     made = [alignment_trajectories(results, figures_dir / "alignment_trajectories.png"),
             influence_heatmap(results, figures_dir / "influence_heatmap.png"),
-            sign_table(results, figures_dir / "sign_table.png")]
+            sign_table(results, figures_dir / "sign_table.png"),
+            survey_and_mixture(results, figures_dir / "survey_and_mixture.png")]
     write_plot_csv([dict(row) for row in results[0].tables["influence_heatmap"]],
                    plots_dir / "influence_heatmap.csv")
     if "sampled_fixed_points" in results[0].tables:
@@ -112,4 +148,8 @@ def make_figures(config: Any, results: Results, figures_dir: Path, plots_dir: Pa
                            for t, (a1, a2) in enumerate(zip(r.curves[f"sampled_{name}_A1"],
                                                             r.curves[f"sampled_{name}_A2"]))]
         write_plot_csv(trajectory_rows, plots_dir / "alignment_trajectories.csv")
+    if "survey_sampled" in results[0].tables:
+        write_plot_csv([{key: row[key] for key in ("index", "random", "inverting", "K", "analytic_dA1",
+                                                   "sampled_dA1", "analytic_dA2", "sampled_dA2")} | {"seed": r.seed}
+                        for r in results for row in r.tables["survey_sampled"]], plots_dir / "survey_sampled.csv")
     return [p for p in made if p is not None]

@@ -20,6 +20,9 @@ K_LABELS = ("ksmall", "klarge")
 NEURAL_CHECKPOINT = "neural_generators.safetensors"
 NEURAL_EVAL_SIZE = 4096  # inputs of the neural loop's alignment sample (``method.iterate_neural``'s default)
 NEURAL_STREAM = 6
+SURVEY_DRAW_STREAM = 8  # the prior's configurations of a seed
+SURVEY_LOOP_STREAM = 9  # the survey's sampled loops: (seed, 9, configuration index, K)
+MIXTURE_STREAM = 10  # the mixture-generator loops: (seed, 10, components, K) coupled, (seed, 11, components, K) alone
 
 
 def loop_rng(seed: int, *stream: int) -> np.random.Generator:

@@ -536,3 +536,252 @@ def iterate_neural(spec: LoopSpec, rounds: int, n_candidates: int, n_samples: in
         if progress is not None:
             progress(round_index + 1)
     return np.stack(history), models
+
+
+# ------------------------------------------------------------------------------------------------
+# Configurations drawn from a fixed prior, and the K -> infinity recursion over a batch of them
+# ------------------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class ConfigPrior:
+    """The distribution of two-model 1-D configurations of the survey (README, "Design of the survey";
+    fixed before the run). Per configuration, independently:
+
+    - lambda_i ~ U[real_share_low, real_share_high] per model;
+    - (W_i1, W_i2) = (1 - lambda_i)(u_i, 1 - u_i), u_i ~ U[0, 1] (a flat Dirichlet split of the synthetic share);
+    - mu_i ~ U[-target_range, target_range] per model (real data N(0, 1));
+    - beta_2 ~ U[0, beta2_high];
+    - beta_1 low ~ U[0, beta1_low_high], beta_1 high = beta_1 low + beta1_step.
+    """
+
+    real_share_low: float = 0.05
+    real_share_high: float = 0.6
+    target_range: float = 4.0
+    beta2_high: float = 2.0
+    beta1_low_high: float = 1.0
+    beta1_step: float = 3.0
+
+
+@dataclass(frozen=True)
+class ConfigBatch:
+    """B two-model configurations: mixing (B, 2, 2), real_share (B, 2), targets (B, 2), beta2 (B,), and the
+    two ends of the beta_1 range, beta1_low (B,) and beta1_high (B,)."""
+
+    mixing: np.ndarray
+    real_share: np.ndarray
+    targets: np.ndarray
+    beta2: np.ndarray
+    beta1_low: np.ndarray
+    beta1_high: np.ndarray
+
+    def __len__(self) -> int:
+        return self.targets.shape[0]
+
+    def spec(self, index: int, beta1: float) -> LoopSpec:
+        """Configuration ``index`` as a :class:`LoopSpec` with beta_1 = ``beta1``."""
+        return LoopSpec(f"prior_{index}", self.mixing[index], self.real_share[index],
+                        np.array([beta1, self.beta2[index]]), self.targets[index][:, None])
+
+
+def draw_configs(prior: ConfigPrior, size: int, rng: np.random.Generator) -> ConfigBatch:
+    """``size`` independent configurations from ``prior`` (one fixed order of draws, so a seed fixes them)."""
+    real_share = rng.uniform(prior.real_share_low, prior.real_share_high, size=(size, 2))
+    split = rng.uniform(0.0, 1.0, size=(size, 2))
+    mixing = (1.0 - real_share)[:, :, None] * np.stack([split, 1.0 - split], axis=2)
+    targets = rng.uniform(-prior.target_range, prior.target_range, size=(size, 2))
+    beta2 = rng.uniform(0.0, prior.beta2_high, size=size)
+    beta1_low = rng.uniform(0.0, prior.beta1_low_high, size=size)
+    return ConfigBatch(mixing, real_share, targets, beta2, beta1_low, beta1_low + prior.beta1_step)
+
+
+def batched_fixed_alignment(mixing: np.ndarray, real_share: np.ndarray, beta: np.ndarray, targets: np.ndarray,
+                            rounds: int, real_mean: float = 0.0, real_var: float = 1.0
+                            ) -> tuple[np.ndarray, np.ndarray]:
+    """The 1-D K -> infinity recursion (``analytic_step``) run for ``rounds`` rounds on a batch of B
+    configurations at once, from the real-data state: mixing (B, N, N), real_share/beta/targets (B, N).
+
+    Per round: tilt v_bar = 1/(1/v + beta), m_bar = v_bar(m/v + beta mu); refit m' = lambda mu_0 + W m_bar,
+    v' = lambda(s0^2 + mu_0^2) + W(v_bar + m_bar^2) - m'^2 (README, "Method"). Returns (A (B, N), the
+    largest change of the state over the last round (B,)), the latter to tell converged configurations."""
+    mean = np.full(real_share.shape, real_mean)
+    var = np.full(real_share.shape, real_var)
+    moved = np.full(real_share.shape[0], np.inf)
+    for _ in range(rounds):
+        tilted_var = 1.0 / (1.0 / var + beta)
+        tilted_mean = tilted_var * (mean / var + beta * targets)
+        new_mean = real_share * real_mean + np.einsum("bij,bj->bi", mixing, tilted_mean)
+        second = real_share * (real_var + real_mean**2) + np.einsum("bij,bj->bi", mixing, tilted_var + tilted_mean**2)
+        new_var = second - new_mean**2
+        moved = np.maximum(np.abs(new_mean - mean), np.abs(new_var - var)).max(axis=1)
+        mean, var = new_mean, new_var
+    return -((mean - targets) ** 2 + var) / 2.0, moved
+
+
+def survey_chords(batch: ConfigBatch, rounds: int) -> dict[str, np.ndarray]:
+    """K -> infinity chords of every configuration of ``batch``: ΔA_i/Δbeta_1 of both coupled models
+    (``dA1``, ``dA2``, shape (B,)), the chord of model 1's isolated counterpart (W = [[1 - lambda_1]], same
+    lambda_1 and mu_1; ``isolated_dA``), and the largest last-round state change of any of the runs
+    (``moved``: a configuration not at its fixed point after ``rounds`` rounds is not counted)."""
+    step = batch.beta1_high - batch.beta1_low
+    ends, moved = [], []
+    for beta1 in (batch.beta1_low, batch.beta1_high):
+        beta = np.stack([beta1, batch.beta2], axis=1)
+        coupled, coupled_moved = batched_fixed_alignment(batch.mixing, batch.real_share, beta, batch.targets, rounds)
+        alone, alone_moved = batched_fixed_alignment((1.0 - batch.real_share[:, :1])[:, :, None],
+                                                     batch.real_share[:, :1], beta1[:, None], batch.targets[:, :1],
+                                                     rounds)
+        ends.append((coupled, alone[:, 0]))
+        moved += [coupled_moved, alone_moved]
+    (low, alone_low), (high, alone_high) = ends
+    return {"dA1": (high[:, 0] - low[:, 0]) / step, "dA2": (high[:, 1] - low[:, 1]) / step,
+            "isolated_dA": (alone_high - alone_low) / step, "moved": np.max(moved, axis=0)}
+
+
+def self_inverts(coupled_dA1: np.ndarray, isolated_dA: np.ndarray) -> np.ndarray:
+    """Self-inversion (claim C4f's event): curating model 1 harder lowers its own alignment in the coupled
+    loop (ΔA_1 < 0) although the same curation improves it when it is alone (isolated ΔA > 0)."""
+    return (np.asarray(coupled_dA1) < 0) & (np.asarray(isolated_dA) > 0)
+
+
+# ------------------------------------------------------------------------------------------------
+# Gaussian-mixture generators (1-D), refit by EM: a model class that can represent a multimodal mix
+# ------------------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Mixture1D:
+    """A 1-D Gaussian mixture: weights (G,), means (G,), variances (G,)."""
+
+    weights: np.ndarray
+    means: np.ndarray
+    variances: np.ndarray
+
+    def sample(self, shape: tuple[int, ...], rng: np.random.Generator) -> np.ndarray:
+        """Draws of the given shape: a component by its weight, then its Gaussian."""
+        cumulative = np.cumsum(self.weights)
+        component = np.minimum(np.searchsorted(cumulative / cumulative[-1], rng.random(shape), side="right"),
+                               self.weights.size - 1)
+        return self.means[component] + np.sqrt(self.variances[component]) * rng.standard_normal(shape)
+
+    def alignment(self, target: float) -> float:
+        """A = E_p[-(y - mu)^2 / 2] = -sum_g w_g((m_g - mu)^2 + v_g) / 2."""
+        return float(-np.sum(self.weights * ((self.means - target) ** 2 + self.variances)) / 2.0)
+
+
+def _component_log_density(y: np.ndarray, mixture: Mixture1D) -> np.ndarray:
+    """log(w_g N(y_n; m_g, v_g)), shape (n, G)."""
+    return (-0.5 * (y[:, None] - mixture.means) ** 2 / mixture.variances
+            - 0.5 * np.log(2 * np.pi * mixture.variances) + np.log(np.maximum(mixture.weights, 1e-300)))
+
+
+def mixture_log_likelihood(y: np.ndarray, mixture: Mixture1D) -> float:
+    """Mean log-density of ``y`` under ``mixture`` (log-sum-exp over components)."""
+    log_density = _component_log_density(np.asarray(y, dtype=float), mixture)
+    top = log_density.max(axis=1)
+    return float(np.mean(top + np.log(np.exp(log_density - top[:, None]).sum(axis=1))))
+
+
+def fit_mixture_em(y: np.ndarray, components: int, iterations: int, start: Mixture1D | None = None,
+                   var_floor: float = 1e-4) -> Mixture1D:
+    """Maximum likelihood of a ``components``-Gaussian mixture on ``y`` by EM (Dempster et al. 1977).
+
+    Start: ``start`` when it has ``components`` components (a warm start from the previous round, as
+    retraining a deployed generator would), otherwise means at the quantiles (g + 1/2)/G of ``y``, every
+    variance var(y), equal weights. Then ``iterations`` E/M steps: responsibilities
+    r_ng ∝ w_g N(y_n; m_g, v_g); w_g = mean_n r_ng, m_g = sum_n r_ng y_n / sum_n r_ng,
+    v_g = sum_n r_ng (y_n - m_g)^2 / sum_n r_ng (floored at ``var_floor``). With one component this is the
+    Gaussian MLE (mean, mean squared deviation)."""
+    y = np.asarray(y, dtype=float)
+    if start is not None and start.weights.size == components:
+        weights, means, variances = start.weights, start.means, start.variances
+    else:
+        means = np.quantile(y, (np.arange(components) + 0.5) / components)
+        variances = np.full(components, max(float(y.var()), var_floor))
+        weights = np.full(components, 1.0 / components)
+    for _ in range(iterations):
+        log_density = _component_log_density(y, Mixture1D(weights, means, variances))
+        log_density -= log_density.max(axis=1, keepdims=True)
+        resp = np.exp(log_density)
+        resp /= resp.sum(axis=1, keepdims=True)
+        mass = resp.sum(axis=0)
+        keep = mass > 1e-9 * y.size
+        weights = mass / y.size
+        means = np.where(keep, (resp * y[:, None]).sum(axis=0) / np.maximum(mass, 1e-300), means)
+        spread = (resp * (y[:, None] - means) ** 2).sum(axis=0) / np.maximum(mass, 1e-300)
+        variances = np.where(keep, np.maximum(spread, var_floor), variances)
+    return Mixture1D(weights, means, variances)
+
+
+def curate_mixture(mixture: Mixture1D, beta: float, target: float, n_candidates: int, n_samples: int,
+                   rng: np.random.Generator) -> np.ndarray:
+    """One Bradley-Terry curation step from a mixture generator: K candidates per prompt, keep one with
+    probability softmax_k(beta r(y_k)), r = -(y - mu)^2 / 2 (``bradley_terry_pick``)."""
+    if beta == 0.0:
+        return mixture.sample((n_samples,), rng)
+    candidates = mixture.sample((n_samples, n_candidates), rng)
+    picked = bradley_terry_pick(-0.5 * (candidates - target) ** 2, beta, rng)
+    return candidates[np.arange(n_samples), picked]
+
+
+@dataclass(frozen=True)
+class MixtureTrajectory:
+    """The mixture loop: A_i(t) per round (rounds + 1, N), and per model (N,) the mean log-likelihood gain
+    of the last round's fitted mixture over the single-Gaussian MLE on the same training data (how much
+    of the training mix a single Gaussian misses), the mean log-likelihood change one more EM step would make
+    on that data (``em_step_gain``: how far the last refit is from an EM fixed point), and the size of that
+    data (``fit_size``, for the BIC penalty)."""
+
+    alignment: np.ndarray
+    loglik_gain: np.ndarray
+    em_step_gain: np.ndarray
+    fit_size: int
+
+
+def em_step_gain(y: np.ndarray, mixture: Mixture1D) -> float:
+    """How far a fit is from an EM fixed point: the mean log-likelihood change on ``y`` of one more E/M step
+    from ``mixture`` (>= 0 by EM's monotonicity, Dempster et al. 1977 Theorem 1; 0 at a fixed point)."""
+    return mixture_log_likelihood(y, fit_mixture_em(y, mixture.weights.size, 1, start=mixture)) - \
+        mixture_log_likelihood(y, mixture)
+
+
+def bic_penalty_per_sample(components: int, n: int) -> float:
+    """BIC's penalty (Schwarz 1978) of a ``components``-Gaussian 1-D mixture over one Gaussian, per sample:
+    (extra free parameters) ln n / (2 n), with 3 G - 1 parameters (G - 1 weights, G means, G variances)
+    against 2, i.e. 3 (G - 1) ln n / (2 n). A mean log-likelihood gain above it is not explained by the
+    extra parameters alone."""
+    if components < 1 or n < 2:
+        raise ValueError(f"bic_penalty_per_sample: components >= 1 and n >= 2 needed, got {components}, {n}")
+    return 3 * (components - 1) * float(np.log(n)) / (2 * n)
+
+
+def iterate_mixture(spec: LoopSpec, rounds: int, n_candidates: int, n_samples: int, real: RealData,
+                    rng: np.random.Generator, components: int, em_iterations: int) -> MixtureTrajectory:
+    """The sample-based loop of ``iterate_sampled`` (1-D) with Gaussian-mixture generators refit by EM on
+    their training mixture D_i (``training_mixture``), warm-started from the previous round's fit; every
+    model starts at the real data N(mu_0, s0^2) (one component, so the first refit starts at quantiles)."""
+    if spec.dim != 1:
+        raise ValueError(f"iterate_mixture: 1-D configurations only, got dim {spec.dim}")
+    start = Mixture1D(np.ones(1), spec.real_theta.copy(), np.array([spec.real_var]))
+    models = [start] * spec.n_models
+    targets = spec.targets[:, 0]
+    history = [[m.alignment(t) for m, t in zip(models, targets)]]
+    gains = np.zeros(spec.n_models)
+    ones = np.ones((n_samples, 1))
+    for _ in range(rounds):
+        pools = []
+        for j in range(spec.n_models):
+            if spec.mixing[:, j].sum() == 0:
+                pools.append((np.zeros((0, 1)), np.zeros(0)))
+                continue
+            pools.append((ones, curate_mixture(models[j], float(spec.beta[j]), float(targets[j]), n_candidates,
+                                               n_samples, rng)))
+        data = [training_mixture(spec, i, pools, real, n_samples, rng)[1] for i in range(spec.n_models)]
+        models = [fit_mixture_em(y, components, em_iterations, start=model) for y, model in zip(data, models)]
+        history.append([m.alignment(t) for m, t in zip(models, targets)])
+    em_gains = np.zeros(spec.n_models)
+    fit_size = 0
+    if rounds:
+        gains = np.array([mixture_log_likelihood(y, model) - mixture_log_likelihood(y, fit_mixture_em(y, 1, 1))
+                          for y, model in zip(data, models)])
+        em_gains = np.array([em_step_gain(y, model) for y, model in zip(data, models)])
+        fit_size = int(data[0].size)
+    return MixtureTrajectory(np.array(history), gains, em_gains, fit_size)

@@ -33,7 +33,7 @@ class ProceduralDataConfig(ProfileConfig):
         "training items whose relevant chunks sit in the first third (the primacy-bias knob: it sets "
         "the size of the dispersion)"))
     masked_train_fraction: float = Field(default=0.1, ge=0, lt=1, description=(
-        "training items whose relevant values are masked, with a random label: they teach the tiny model "
+        "training items whose chunk values are ALL masked, with a random label: they teach the tiny model "
         "what a skeleton (evidence erased) means [project design]"))
     test_n: list[int] = Field(min_length=2, description="chunk counts of the test items")
     test_items_per_n: int = Field(ge=4)
@@ -53,6 +53,10 @@ class ProceduralDataConfig(ProfileConfig):
             raise ValueError(f"relevant_min ({self.relevant_min}) must be <= relevant_max ({self.relevant_max})")
         if self.train_n_min > self.train_n_max:
             raise ValueError(f"train_n_min ({self.train_n_min}) must be <= train_n_max ({self.train_n_max})")
+        if self.test_n[-1] > self.train_n_max:
+            raise ValueError(f"test_n: the largest test chunk count ({self.test_n[-1]}) exceeds train_n_max "
+                             f"({self.train_n_max}); positions beyond the trained chunk counts carry untrained "
+                             f"position embeddings, so dispersion there measures initialisation, not order")
         if self.train_n_min < self.relevant_max or self.test_n[0] < self.relevant_max:
             raise ValueError(f"every item needs room for relevant_max ({self.relevant_max}) chunks: train_n_min "
                              f"and test_n must be >= it")
@@ -88,7 +92,8 @@ class EvaluationConfig(ProfileConfig):
     """Algorithm 1 and the measurements on the test and dose items."""
 
     permutations: int = Field(ge=2, description="m uniform permutations per item")
-    skeletons: int = Field(ge=1, description="skeleton priors: the first k permutations with relevant values masked")
+    skeletons: int = Field(ge=1, description=(
+        "skeleton priors: the first k permutations with every chunk value masked (no gold relevance)"))
     h_star: float = Field(default=0.05, gt=0, lt=1, description="target hallucination rate of B2T")
     clip: float = Field(default=6.0, gt=0, description="B of the clipped information lift, nats")
     clip_mode: Literal["symmetric", "one_sided"] = Field(default="symmetric", description=(

@@ -107,13 +107,22 @@ def make_item(cfg: ProceduralDataConfig, n: int, rng: np.random.Generator, *, co
 
 
 def training_item(cfg: ProceduralDataConfig, rng: np.random.Generator) -> dict[str, Any]:
-    """A training item: controls and masked items get a random target (no evidence: the prior is 1/2)."""
+    """A training item: a control gets a random target (no evidence about the claim: its prior is 1/2); every
+    other item, masked or not, is trained on its gold label.
+
+    A masked item has the value of every chunk masked (``mask_all_values`` at training time), as a skeleton
+    has. Its skeleton still shows how many chunks are about the claim, and that count carries label
+    information (the tie rule gives P(label 1 | 2 relevant) = 1/4, 1/2 for 1 or 3), so training it on the
+    gold label teaches S_k the closed-book prior P(y | skeleton) the paper's budget measures against. Until
+    the 12-02 review it got a random target, which pinned S_k near 1/2 [project design; README, deviation 5].
+    The coin is still drawn for a masked item (and discarded) so that every item of a seed is as before."""
     n = int(rng.integers(cfg.train_n_min, cfg.train_n_max + 1))
     control = bool(rng.random() < cfg.control_fraction)
     item = make_item(cfg, n, rng, control=control, primacy=bool(rng.random() < cfg.primacy_fraction))
     if not control and rng.random() < cfg.masked_train_fraction:
         item["masked"] = True
-    item["target"] = int(rng.integers(2)) if control or item["masked"] else item["label"]
+    coin = int(rng.integers(2)) if control or item["masked"] else None
+    item["target"] = coin if control else item["label"]
     return item
 
 
@@ -211,12 +220,17 @@ def item_arrays(frame: pl.DataFrame, vocab: Vocabulary) -> ItemArrays:
                       frame["is_control"].to_numpy(), frame["masked"].to_numpy(), frame["dose"].to_numpy())
 
 
-def mask_relevant_values(items: ItemArrays, vocab: Vocabulary, where: np.ndarray | None = None) -> np.ndarray:
-    """Chunk triples with the value of every relevant chunk replaced by ``[M]`` (rows ``where``, default all)."""
+def mask_all_values(items: ItemArrays, vocab: Vocabulary, where: np.ndarray | None = None) -> np.ndarray:
+    """Chunk triples with the value of EVERY chunk replaced by ``[M]`` (rows ``where``, default all).
+
+    The skeleton of Algorithm 1 erases the evidence; a user of the method does not know which chunks are
+    relevant, so every chunk's value is erased (as the official toolkit's evidence-erase skeleton blanks the
+    whole evidence field). Entity and attribute stay: the skeleton keeps the prompt's structure. Gold
+    relevance (``items.relevant``) is never read.
+    """
     tokens = items.chunk_tokens.copy()
     rows = np.ones(len(tokens), dtype=bool) if where is None else np.asarray(where, dtype=bool)
-    erase = items.relevant & rows[:, None]
-    tokens[..., 2][erase] = vocab.mask
+    tokens[rows, :, 2] = vocab.mask
     return tokens
 
 

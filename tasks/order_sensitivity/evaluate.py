@@ -74,7 +74,7 @@ def score_procedural(model: torch.nn.Module, frame: pl.DataFrame, vocab: data.Vo
         items = data.item_arrays(group, vocab)
         orders = data.random_orders(group.height, ev.permutations, int(n), rng)
         full = data.render_ids(items.chunk_tokens, items.claim_tokens, orders)
-        skeleton = data.render_ids(data.mask_relevant_values(items, vocab), items.claim_tokens,
+        skeleton = data.render_ids(data.mask_all_values(items, vocab), items.claim_tokens,
                                    orders[:, :ev.skeletons])
         identity = data.render_ids(items.chunk_tokens, items.claim_tokens)
         q = [method.sigmoid(score_gaps(model, ids, ev.batch_size, device) / temperature)

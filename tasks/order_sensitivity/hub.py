@@ -1,7 +1,9 @@
 """Paper profile: label-token probabilities of a real causal LM on real evidence items (FEVER, HotpotQA).
 
 Each item is rendered as a text prompt (evidence chunks in a given order, then the claim, then "Answer:");
-q = P(" 1") / (P(" 1") + P(" 0")) at the next token. Skeletons replace the relevant chunks by "[MASK]".
+q = P(" 1") / (P(" 1") + P(" 0")) at the next token. Skeletons replace EVERY chunk by "[MASK]"
+(no gold relevance: a user of the method cannot tell which chunks are relevant; the official toolkit's
+evidence-erase skeleton blanks the whole evidence field).
 Tested only with local stand-ins (a tiny random GPT-2 and a word-level tokenizer); never the network.
 """
 
@@ -87,8 +89,8 @@ def score_items(model, tokenizer, frame: pl.DataFrame, permutations: int, skelet
     """Every item of ``frame`` under m uniform permutations, skeletons of the first k, and its stored order."""
     q_full, q_skeleton, q_identity = [], [], []
     for i, item in enumerate(frame.iter_rows(named=True)):
-        chunks, relevant = list(item["chunks"]), list(item["relevant"])
-        masked = [MASK_TEXT if r else c for c, r in zip(chunks, relevant)]
+        chunks = list(item["chunks"])
+        masked = [MASK_TEXT] * len(chunks)  # the evidence erased; the gold relevance is never read
         orders = [rng.permutation(len(chunks)) for _ in range(permutations)]
         q_full.append(score_prompts(model, tokenizer, [render_prompt([chunks[j] for j in o], item["claim"])
                                                        for o in orders], device))

@@ -100,6 +100,13 @@ def hallucinated(answered: np.ndarray, decision: np.ndarray, scored: ScoredItems
     return answered & (scored.is_control | (decision != scored.label))
 
 
+def answered_wrong_label(answered: np.ndarray, decision: np.ndarray, scored: ScoredItems) -> np.ndarray:
+    """The non-Control part of a hallucination: answered AND not a Control AND wrong label. A gate's
+    hallucinations minus these are its answered Controls, so the two counts say which side a gate's
+    hallucination comes from (C7a, C7d: on the procedural test bed, Control leakage or wrong labels)."""
+    return answered & ~scored.is_control & (decision != scored.label)
+
+
 def rate_among_answered(events: np.ndarray, answered: np.ndarray) -> float:
     """Share of answered items with ``events``; NaN when nothing is answered (a gate that abstains on every
     item has no hallucination rate: NaN makes the claim inconclusive instead of a vacuous 0)."""
@@ -113,8 +120,10 @@ def _mean_or_nan(values: np.ndarray) -> float:
 def gate_metrics(scored: ScoredItems, ev: EvaluationConfig) -> tuple[dict[str, float], method.GatePlan]:
     """C7: the ISR gate against the ungated identity-order model and a confidence gate at equal abstention.
 
-    Returns the counts the binomial claims pool over seeds (C7a, C7b and C7a's precondition); their rates, and
-    C7c's difference, are ``claim_metrics``'s."""
+    The confidence gate (``baselines.confidence_gate``) abstains on exactly as many items as the ISR gate (the
+    least confident by max(q_bar, 1 - q_bar)) and answers the same mixture label, so the two differ only in
+    WHICH items they answer (C7d). Returns the counts the binomial claims pool over seeds (C7a, C7b, C7d's
+    precondition and C7a's); their rates, and C7c's and C7d's differences, are ``claim_metrics``'s."""
     plan = method.plan_answers(scored.q_full, scored.q_skeleton, ev.h_star, ev.clip, ev.clip_mode, ev.margin)
     gated = hallucinated(plan.answer, plan.decision, scored)
     everyone = np.ones_like(plan.answer)
@@ -125,6 +134,7 @@ def gate_metrics(scored: ScoredItems, ev: EvaluationConfig) -> tuple[dict[str, f
     wiring = method.plan_answers(scored.q_full, scored.q_full[:, :ev.skeletons], ev.h_star, ev.clip, ev.clip_mode)
     non_control = ~scored.is_control
     mixture_wrong = (plan.decision != scored.label) & non_control
+    confident_hallucinated = hallucinated(confident, plan.decision, scored)
     return {
         "gate_hallucinated_count": float(gated.sum()),
         "gate_answered_count": float(plan.answer.sum()),
@@ -132,15 +142,21 @@ def gate_metrics(scored: ScoredItems, ev: EvaluationConfig) -> tuple[dict[str, f
         "test_item_count": float(len(plan.answer)),
         "non_control_count": float(non_control.sum()),
         "ungated_mixture_wrong_label_count": float(mixture_wrong.sum()),
+        # C7a precondition: the same decision (the mixture's label) answered on every item, Controls included
+        "ungated_mixture_hallucinated_count": float(hallucinated(everyone, plan.decision, scored).sum()),
         "control_share": float(scored.is_control.mean()),
         "gate_accuracy_on_attempts": rate_among_answered(correct_attempts, plan.answer),
         "gate_control_abstention": _mean_or_nan(~plan.answer[scored.is_control]),
         "ungated_hallucination": float(hallucinated(everyone, identity_decision, scored).mean()),
         "ungated_wrong_label_rate": _mean_or_nan((identity_decision != scored.label)[~scored.is_control]),
         "ungated_mixture_hallucination": float(hallucinated(everyone, plan.decision, scored).mean()),
-        "confidence_gate_hallucination_answered": rate_among_answered(
-            hallucinated(confident, plan.decision, scored), confident),
-        "confidence_gate_abstention": 1.0 - float(confident.mean()),
+        # C7d: the confidence gate at the ISR gate's abstention (counts; claim_metrics forms the rates)
+        "confidence_gate_hallucinated_count": float(confident_hallucinated.sum()),
+        "confidence_gate_answered_count": float(confident.sum()),
+        "confidence_gate_control_abstention": _mean_or_nan(~confident[scored.is_control]),
+        # which side each gate's hallucinations come from (reported): wrong labels; the rest are answered Controls
+        "gate_wrong_label_count": float(answered_wrong_label(plan.answer, plan.decision, scored).sum()),
+        "confidence_gate_wrong_label_count": float(answered_wrong_label(confident, plan.decision, scored).sum()),
         "mean_delta_bar": float(plan.delta_bar.mean()),
         "mean_roh": float(plan.roh.mean()),
         "wiring_control_abstention": 1.0 - float(wiring.answer.mean()),

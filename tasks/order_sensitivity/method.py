@@ -129,16 +129,25 @@ def information_budget(log_posterior: np.ndarray, log_priors: np.ndarray, clip: 
 
 
 def information_sufficiency_ratio(delta_bar: np.ndarray, b2t: np.ndarray) -> np.ndarray:
-    """ISR = Delta_bar / B2T. B2T = 0 (the prior already sits at 1 - h*) gives inf if Delta_bar > 0 else 0."""
+    """ISR = Delta_bar / B2T (Section 5).
+
+    B2T = 0 means the prior already sits at the target 1 - h* (no information is needed). The ratio is then
+    given the value that keeps "ISR >= 1" equal to the sufficiency condition "Delta_bar >= B2T" that the
+    ratio expresses when B2T > 0: +inf if Delta_bar > 0, 1 if Delta_bar = 0 (a zero budget suffices for a
+    zero need: the gate answers, as the official toolkit's ``isr`` does), -inf if Delta_bar < 0 (the
+    toolkit returns 1 there but its decision also asks Delta_bar >= B2T, so it abstains, as here).
+    """
     delta_bar, b2t = np.broadcast_arrays(np.asarray(delta_bar, dtype=float), np.asarray(b2t, dtype=float))
+    at_zero_need = np.where(delta_bar > 0, np.inf, np.where(delta_bar < 0, -np.inf, 1.0))
     with np.errstate(divide="ignore", invalid="ignore"):
-        ratio = np.where(b2t > 0, delta_bar / np.where(b2t > 0, b2t, 1.0), np.where(delta_bar > 0, np.inf, 0.0))
+        ratio = np.where(b2t > 0, delta_bar / np.where(b2t > 0, b2t, 1.0), at_zero_need)
     return ratio
 
 
 def answer_gate(isr: np.ndarray, delta_bar: np.ndarray | None = None, b2t: np.ndarray | None = None,
                 margin: float = 0.0) -> np.ndarray:
-    """Answer iff ISR >= 1; the official code's option additionally asks Delta_bar >= B2T + margin."""
+    """Answer iff ISR >= 1 (Section 5; with :func:`information_sufficiency_ratio`'s B2T = 0 convention this is
+    Delta_bar >= B2T for every B2T >= 0); the official code's option additionally asks Delta_bar >= B2T + margin."""
     answer = np.asarray(isr) >= 1.0
     if margin > 0:
         if delta_bar is None or b2t is None:

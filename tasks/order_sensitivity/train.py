@@ -32,7 +32,7 @@ def training_pool(frame: pl.DataFrame, vocab: data.Vocabulary) -> TrainingPool:
     ids, targets = {}, {}
     for (n,), group in frame.group_by(["n_chunks"], maintain_order=True):
         items = data.item_arrays(group, vocab)
-        chunks = data.mask_relevant_values(items, vocab, where=items.masked)
+        chunks = data.mask_all_values(items, vocab, where=items.masked)
         ids[int(n)] = torch.as_tensor(data.render_ids(chunks, items.claim_tokens))
         targets[int(n)] = torch.tensor(items.target, dtype=torch.float32)
     return TrainingPool(ids, targets)

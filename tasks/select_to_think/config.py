@@ -92,6 +92,10 @@ class LocalConfig(ProfileConfig):
     frozen_kl_weight: float = Field(default=0.1, ge=0, description="loss (iv): token KL to the frozen SLM")
     hinge_margin: float = Field(default=1.0, gt=0)
     max_groups: int | None = Field(default=None, ge=1, description="cap on collected groups used for training")
+    frozen_body_lr: float | None = Field(default=None, gt=0, le=1.0,
+                                         description="also train S2T-Local with the body frozen (only the reserved "
+                                                     "rows, a linear read-out) at this rate, beside full "
+                                                     "fine-tuning (C5b / C6b); None: not run")
 
 
 class HubConfig(ProfileConfig):

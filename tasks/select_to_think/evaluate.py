@@ -1,8 +1,10 @@
 """Evaluation step of select_to_think: reads the seed's LLM, SLM and S2T-Local and measures, on the test
 problems, the baselines (SLM greedy, Maj@N, LLM alone), local sufficiency (hit@K at KL-trigger steps), S2T,
-Takeover and S2T at a random trigger, and S2T-Local with the LLM-free entropy trigger and with the KL trigger.
-For the preconditions: the hit@K of a ranker that knows only the class of the next token (C1), and S2T-Local's
-scorer on held-out groups collected along the test problems' S2T paths (C5, C6). Raw measurements only:
+Takeover and S2T at a random trigger, and S2T-Local with the LLM-free entropy trigger, fully fine-tuned and with
+the body frozen (only the reserved rows trained).
+For the preconditions: the hit@K of a ranker that knows only the class of the next token (C1; sampled, and its
+exact expectation for C1b), and S2T-Local's scorers on held-out groups collected along the test problems' S2T
+paths (C5, C6, C5b, C6b). Raw measurements only:
 claim_metrics.py derives the claims' differences and ratios.
 
 Paper profile: hub.evaluate_hub."""
@@ -22,6 +24,7 @@ from tasks.select_to_think.config import SelectToThinkConfig
 from tasks.select_to_think.model import (
     LLM,
     LOCAL,
+    LOCAL_FROZEN,
     SLM,
     AdditionTask,
     Setup,
@@ -32,6 +35,7 @@ from tasks.select_to_think.model import (
     load_setup,
     policy_for,
     scorer_counts,
+    scorer_teacher_count,
 )
 
 
@@ -50,6 +54,9 @@ def evaluate(config: SelectToThinkConfig, seed: int, data_dir: Path, model_dir: 
     progress(0.7, "S2T / Takeover done")
     with result.stage("local_eval"):
         local_entropy = measure_local(config, llm, local_model, setup, result, s2t_trace)
+    if config.local.frozen_body_lr is not None:
+        with result.stage("local_frozen_eval"):
+            measure_local_frozen(config, load_lm(model_dir, LOCAL_FROZEN), setup, result, s2t_trace)
     examples = example_rows(setup.test, {"greedy": None, "s2t": s2t_trace, "local_entropy": local_entropy})
     progress(1.0, "evaluated")
     return result.add(tables={"examples": examples})
@@ -101,24 +108,36 @@ def measure_s2t(config: SelectToThinkConfig, seed: int, llm: Any, slm: Any, setu
 def measure_local(config: SelectToThinkConfig, llm: Any, local_model: Any, setup: Setup, result: SeedResult,
                   s2t_trace: method.DecodeTrace) -> method.DecodeTrace:
     """S2T-Local at inference: the entropy trigger with no LLM at all (``llm=None``: any LLM use would raise,
-    C7), the KL trigger (the LLM computes it), and the fine-tuned body alone, greedy (control: C5's
-    precondition). Thresholds are recalibrated on S2T-Local's own greedy paths. Its scorer is also measured on
+    C7), and the fine-tuned body alone, greedy (control: C5's precondition). The threshold is recalibrated on
+    S2T-Local's own greedy paths. The released code's KL-trigger variant (the LLM computes the trigger) decided no
+    claim and was dropped from the cpu budget for the frozen-body control (issue 18). Its scorer is also measured on
     the held-out groups of ``s2t_trace`` (collected like its training data, on the test problems)."""
     s2t, test, reserved = config.s2t, setup.test, setup.reserved
     entropy_threshold = calibrate(local_model, setup.calibration, s2t, "entropy", reserved)
     local_entropy = method.decode(local_model, test.prompts, test.steps,
                                   policy_for(s2t, "local", "entropy", entropy_threshold), llm=None, reserved=reserved)
-    local_kl_threshold = calibrate(local_model, setup.calibration, s2t, "kl", reserved, llm)
-    local_kl = method.decode(local_model, test.prompts, test.steps,
-                             policy_for(s2t, "local", "kl", local_kl_threshold), llm=llm, reserved=reserved)
     result.add(local_entropy_accuracy=test.trace_accuracy(local_entropy),
                local_entropy_trigger_rate=trigger_rate(local_entropy, s2t.warmup_steps),
                local_entropy_llm_evaluations=float(local_entropy.llm_row_evaluations),
-               local_kl_accuracy=test.trace_accuracy(local_kl),
                local_body_greedy_accuracy=test.accuracy(baselines.greedy_answers(
                    local_model, test.prompts, test.steps, test.parse, reserved)))
     result.add(scorer_counts(local_model, method.concat_groups(s2t_trace.groups), reserved, config.local.batch_groups))
     return local_entropy
+
+
+def measure_local_frozen(config: SelectToThinkConfig, frozen_model: Any, setup: Setup, result: SeedResult,
+                         s2t_trace: method.DecodeTrace) -> None:
+    """S2T-Local with the body frozen (C5b / C6b): the entropy trigger with no LLM, and its scorer on the same
+    held-out groups as the full fine-tune. Its body is the SLM's, so its greedy decoding is the SLM's (not
+    decoded again); the KL-trigger variant is left out (report only for the full fine-tune, not a claim)."""
+    s2t, test, reserved = config.s2t, setup.test, setup.reserved
+    threshold = calibrate(frozen_model, setup.calibration, s2t, "entropy", reserved)
+    trace = method.decode(frozen_model, test.prompts, test.steps, policy_for(s2t, "local", "entropy", threshold),
+                          llm=None, reserved=reserved)
+    result.add(local_frozen_entropy_accuracy=test.trace_accuracy(trace),
+               local_frozen_entropy_llm_evaluations=float(trace.llm_row_evaluations),
+               local_frozen_scorer_teacher_count=scorer_teacher_count(
+                   frozen_model, method.concat_groups(s2t_trace.groups), reserved, config.local.batch_groups))
 
 
 def llm_preferred_tokens(llm: Any, prompts: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:

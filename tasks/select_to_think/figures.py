@@ -20,13 +20,23 @@ ACCURACY_METRICS = {
     "takeover_accuracy": "Takeover (KL trigger)",
     "local_body_greedy_accuracy": "S2T-Local body, greedy",
     "local_entropy_accuracy": "S2T-Local, entropy trigger (no LLM)",
-    "local_kl_accuracy": "S2T-Local, KL trigger",
+    "local_frozen_entropy_accuracy": "S2T-Local, body frozen (no LLM)",
     "llm_accuracy": "LLM alone",
 }
 
 
 def hit_rows(results: Sequence[SeedResult]) -> list[dict]:
-    return [{"seed": r.seed, "k": row["k"], "hit": row["hit"]} for r in results for row in r.tables["hit_at_k"]]
+    """hit@K per seed and K, with the exact chance level of the random ranking of the valid tokens at the same
+    trigger steps (C1b; NaN where not measured, 1 at the whole vocabulary)."""
+    return [{"seed": r.seed, "k": row["k"], "hit": row["hit"], "chance": chance_at(r, row["k"])}
+            for r in results for row in r.tables["hit_at_k"]]
+
+
+def chance_at(result: SeedResult, k: int) -> float:
+    expected, triggers = result.metrics.get(f"chance_hit_at_{k}_expected"), result.metrics.get("trigger_count")
+    if expected is not None and triggers:
+        return expected / triggers
+    return 1.0 if k == max(row["k"] for row in result.tables["hit_at_k"]) else float("nan")
 
 
 def accuracy_rows(results: Sequence[SeedResult]) -> list[dict]:
@@ -39,7 +49,11 @@ def hit_at_k_figure(rows: list[dict], path: Path) -> Path:
     ax = axes[0, 0]
     ks = sorted({row["k"] for row in rows})
     per_k = [[row["hit"] for row in rows if row["k"] == k] for k in ks]
-    ax.errorbar(ks, [np.mean(v) for v in per_k], yerr=[np.std(v) for v in per_k], marker="o", capsize=3)
+    ax.errorbar(ks, [np.mean(v) for v in per_k], yerr=[np.std(v) for v in per_k], marker="o", capsize=3,
+                label="SLM top-K")
+    chance = [np.mean([row["chance"] for row in rows if row["k"] == k]) for k in ks]
+    ax.plot(ks, chance, "--", marker="x", color="#b04a2f", label="chance (random order of the valid tokens)")
+    ax.legend(loc="lower right", fontsize=8)
     for row in rows:
         ax.plot(row["k"], row["hit"], ".", color="grey", alpha=0.5)
     ax.set_xscale("log", base=2)

@@ -22,7 +22,14 @@ from tasks.common import tiny_lm
 from tasks.common.results import Progress, SeedResult
 from tasks.select_to_think import data, method
 from tasks.select_to_think.config import SelectToThinkConfig
-from tasks.select_to_think.model import LOCAL, class_chance_counts, hit_counts, policy_for, scorer_counts
+from tasks.select_to_think.model import (
+    LOCAL,
+    class_chance_counts,
+    exact_chance_hits,
+    hit_counts,
+    policy_for,
+    scorer_counts,
+)
 
 
 def prompt_ids(tokenizer: Any, question: str, max_tokens: int) -> torch.Tensor:
@@ -140,6 +147,7 @@ def evaluate_hub(config: SelectToThinkConfig, seed: int, data_dir: Path, model_d
     vocab, triggers = len(run.tokenizer), len(pooled[s2t.hit_ks[0]])
     result.add(class_chance_counts([vocab] * triggers, [True] * triggers, s2t.hit_ks, vocab,
                                    np.random.default_rng([seed, 4_004])))
+    result.add(exact_chance_hits([vocab] * triggers, [True] * triggers, s2t.hit_ks, vocab))  # K / |V| per step
     progress(0.7, "S2T / Takeover done")
     with result.stage("local_eval"):
         local_model = load_local(config, model_dir, device)

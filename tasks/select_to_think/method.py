@@ -150,6 +150,30 @@ def hit_at_k(slm_logits: torch.Tensor, llm_logits: torch.Tensor, ks: Sequence[in
     return {k: (top_k_candidates(slm_logits, k) == target).any(-1) for k in ks}
 
 
+def random_ranking_hit_probability(valid_count: int, target_valid: bool, k: int, vocab: int) -> float:
+    """Chance level of hit@k at one trigger step (C1b), exactly: the probability that a ranker which lists the
+    ``valid_count`` tokens the format allows at the step in a uniformly random order, then the other
+    ``vocab - valid_count`` tokens in a uniformly random order, puts the target in its top-k.
+
+    A valid target is uniform over ranks 0 .. n-1: min(k, n) / n. An invalid one is uniform over ranks
+    n .. V-1: min(max(k - n, 0), V - n) / (V - n). With n = V (no format known) both give min(k, V) / V."""
+    if not 1 <= valid_count <= vocab or k < 0:
+        raise ValueError(f"need 1 <= valid_count ({valid_count}) <= vocab ({vocab}) and k ({k}) >= 0")
+    if target_valid:
+        return min(k, valid_count) / valid_count
+    if valid_count == vocab:
+        raise ValueError("the target is outside a format that allows every token")
+    return min(max(k - valid_count, 0), vocab - valid_count) / (vocab - valid_count)
+
+
+def chance_corrected_hit(hit: float, chance: float) -> float:
+    """(hit - chance) / (1 - chance) (C1b): the share of the headroom above chance that the SLM's top-k closes
+    (1: every target found; 0: no better than the random ranking; negative: worse). Equals ``hit`` when chance
+    is 0 (a large vocabulary), so the paper's bar on hit@8 carries over unchanged. NaN when chance is 1 (no
+    headroom: the claim cannot be tested)."""
+    return (hit - chance) / (1.0 - chance) if chance < 1.0 else math.nan
+
+
 # ------------------------------------------------------------------------------------------------
 # S2T-Local: score bins in the output layer
 # ------------------------------------------------------------------------------------------------
@@ -288,12 +312,15 @@ def restrict_output_rows(model: Any, reserved: Sequence[int]) -> torch.utils.hoo
 
 
 def local_optimizer(model: Any, lr: float, weight_decay: float) -> torch.optim.AdamW:
-    """AdamW with weight decay 0 on ``lm_head``: decoupled decay would shrink the frozen rows (acceptance a3)."""
+    """AdamW with weight decay 0 on ``lm_head``: decoupled decay would shrink the frozen rows (acceptance a3).
+    Parameters without a gradient (a frozen body) are left out."""
     head = output_layer(model)
     head_params = {id(p) for p in head.parameters()}
-    body = [p for p in model.parameters() if id(p) not in head_params]
-    return torch.optim.AdamW([{"params": body, "weight_decay": weight_decay},
-                              {"params": list(head.parameters()), "weight_decay": 0.0}], lr=lr)
+    body = [p for p in model.parameters() if id(p) not in head_params and p.requires_grad]
+    groups = [{"params": list(head.parameters()), "weight_decay": 0.0}]
+    if body:
+        groups.insert(0, {"params": body, "weight_decay": weight_decay})
+    return torch.optim.AdamW(groups, lr=lr)
 
 
 def frozen_rows_change(before: torch.Tensor, after: torch.Tensor, reserved: Sequence[int]) -> float:
@@ -332,13 +359,20 @@ class LocalTrainingLog:
 
 def train_s2t_local(model: Any, groups: CandidateGroups, reserved: Sequence[int], epochs: int, batch_groups: int,
                     lr: float, weight_decay: float, weights: LocalLossWeights, seed: int, pad_id: int = 0,
-                    on_step: Callable[[int, int], None] | None = None) -> LocalTrainingLog:
+                    on_step: Callable[[int, int], None] | None = None, train_body: bool = True
+                    ) -> LocalTrainingLog:
     """Train the SLM's bins and body on collected groups with the four-part loss (gradient clip 1.0).
 
-    A frozen copy of the model at entry gives loss (iv)."""
+    A frozen copy of the model at entry gives loss (iv). ``train_body=False``: only the reserved rows of
+    ``lm_head`` are trained (the body is frozen, a linear read-out of the SLM's own features; the project's
+    control, not the paper's LoRA): the normal-decoding distribution then cannot move, loss (iv) is 0
+    identically and is not computed."""
     if len(groups) == 0:
         raise ValueError("train_s2t_local: no candidate groups were collected (no trigger fired)")
-    frozen = frozen_copy(model)
+    frozen_body = freeze_body(model) if not train_body else []
+    if not train_body:
+        weights = LocalLossWeights(weights.kl_weight, 0.0, weights.hinge_margin)
+    frozen = frozen_copy(model) if weights.frozen_kl_weight > 0 else None
     hook = restrict_output_rows(model, reserved)
     optimizer = local_optimizer(model, lr, weight_decay)
     generator = torch.Generator().manual_seed(seed)
@@ -361,8 +395,29 @@ def train_s2t_local(model: Any, groups: CandidateGroups, reserved: Sequence[int]
                     on_step(epoch * steps_per_epoch + start // batch_groups + 1, epochs * steps_per_epoch)
     finally:
         hook.remove()
+        for parameter in frozen_body:
+            parameter.requires_grad_(True)
         model.eval()
     return log
+
+
+def freeze_body(model: Any) -> list[torch.nn.Parameter]:
+    """Stop the gradient of every parameter but ``lm_head``'s (whose non-reserved rows the gradient hook holds);
+    returns the parameters frozen here, so that training can give them back their gradient."""
+    head = {id(p) for p in output_layer(model).parameters()}
+    frozen = [p for p in model.parameters() if id(p) not in head and p.requires_grad]
+    for parameter in frozen:
+        parameter.requires_grad_(False)
+    return frozen
+
+
+def body_change(before: dict[str, torch.Tensor], model: Any) -> float:
+    """max |theta_after - theta_before| over every parameter but ``lm_head`` (0.0 exactly for the frozen-body
+    variant); ``before`` is a ``state_dict`` copy."""
+    head = {id(p) for p in output_layer(model).parameters()}
+    changes = [float((p.detach() - before[name]).abs().max()) for name, p in model.named_parameters()
+               if id(p) not in head]
+    return max(changes, default=0.0)
 
 
 def frozen_copy(model: Any) -> Any:

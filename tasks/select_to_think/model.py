@@ -20,8 +20,9 @@ from tasks.common.checkpoints import load_gpt2
 from tasks.select_to_think import data, method
 from tasks.select_to_think.config import S2TConfig, SelectToThinkConfig, TinyLMConfig
 
-# Checkpoint folders of one seed (tiny_lm.save_model: config.json + model.safetensors).
-LLM, SLM, LOCAL = "llm", "slm", "slm_local"
+# Checkpoint folders of one seed (tiny_lm.save_model: config.json + model.safetensors); LOCAL_FROZEN is
+# S2T-Local with the body frozen (only the reserved rows trained), the control of C5b / C6b.
+LLM, SLM, LOCAL, LOCAL_FROZEN = "llm", "slm", "slm_local", "slm_local_frozen"
 
 
 def build_lm(lm: TinyLMConfig, vocab_size: int, width: int, seed: int, untied: bool) -> torch.nn.Module:
@@ -128,6 +129,16 @@ def class_chance_counts(class_sizes: Sequence[int], in_class: Sequence[bool], ks
     return {f"class_chance_hit_at_{k}_count": float((rank < k).sum()) for k in ks}
 
 
+def exact_chance_hits(class_sizes: Sequence[int], in_class: Sequence[bool], ks: Sequence[int], vocab: int
+                      ) -> dict[str, float]:
+    """The expected number of hits at each K of the random ranking of ``class_chance_counts``, computed exactly
+    (``method.random_ranking_hit_probability`` summed over the trigger steps): C1b's chance level, with no
+    sampling noise. A sum of probabilities (not an integer): divided by ``trigger_count`` it is the chance hit@K."""
+    return {f"chance_hit_at_{k}_expected": float(sum(method.random_ranking_hit_probability(n, inside, k, vocab)
+                                                     for n, inside in zip(class_sizes, in_class)))
+            for k in ks}
+
+
 def class_chance_at_triggers(fired: torch.Tensor, targets: torch.Tensor, classes: Sequence[Sequence[int]],
                              ks: Sequence[int], vocab: int, rng: np.random.Generator) -> dict[str, float]:
     """``class_chance_counts`` over the trigger steps of a decode (``fired`` (B, T)), with the classes the format
@@ -135,7 +146,7 @@ def class_chance_at_triggers(fired: torch.Tensor, targets: torch.Tensor, classes
     rows, steps = fired.nonzero(as_tuple=True)
     sizes = [len(classes[s]) for s in steps.tolist()]
     inside = [int(targets[r, s]) in classes[s] for r, s in zip(rows.tolist(), steps.tolist())]
-    return class_chance_counts(sizes, inside, ks, vocab, rng)
+    return class_chance_counts(sizes, inside, ks, vocab, rng) | exact_chance_hits(sizes, inside, ks, vocab)
 
 
 def scorer_counts(model: Any, groups: method.CandidateGroups, reserved: Sequence[int], batch_groups: int,
@@ -145,12 +156,26 @@ def scorer_counts(model: Any, groups: method.CandidateGroups, reserved: Sequence
     candidates), and how often the SLM's top-1 is that candidate (candidate 0: the SLM's top-k, most probable
     first). C5/C6's precondition: the scorer must beat the SLM's own top-1 at its task."""
     teacher = groups.teacher_probs.argmax(-1)
-    picks = []
+    return {"heldout_group_count": float(len(groups)),
+            "local_scorer_teacher_count": scorer_teacher_count(model, groups, reserved, batch_groups, pad_id),
+            "slm_top1_teacher_count": float((teacher == 0).sum()),
+            # a uniformly random pick among a group's candidates finds the teacher's with probability 1 / K
+            "scorer_chance_expected": float(len(groups)) / groups.candidates.shape[1] if len(groups) else 0.0}
+
+
+def scorer_teacher_count(model: Any, groups: method.CandidateGroups, reserved: Sequence[int], batch_groups: int,
+                         pad_id: int = 0) -> float:
+    """Held-out groups on which the bin scores' argmax is the teacher's candidate (the LLM's argmax over the
+    group's candidates). Ties at the top score count 1 / (number tied) when the teacher's candidate is among
+    them (a random tie-break), so a collapsed scorer (every score equal) gets chance, 1 / K, not the SLM's top-1
+    that ``argmax`` would return."""
+    teacher = groups.teacher_probs.argmax(-1)
+    total = 0.0
     for start in range(0, len(groups), batch_groups):
         part = groups.subset(torch.arange(start, min(start + batch_groups, len(groups))))
         with torch.no_grad():
             scores = method.candidate_scores(model, part.prefixes, part.lengths, part.candidates, reserved, pad_id)
-        picks.append(scores.argmax(-1).to(teacher.device))
-    pick = torch.cat(picks) if picks else torch.zeros_like(teacher)
-    return {"heldout_group_count": float(len(groups)), "local_scorer_teacher_count": float((pick == teacher).sum()),
-            "slm_top1_teacher_count": float((teacher == 0).sum())}
+        top = scores == scores.max(-1, keepdim=True).values
+        chosen = top.gather(-1, teacher[start:start + len(part), None].to(top.device)).squeeze(-1)
+        total += float((chosen.double() / top.sum(-1).double()).sum())
+    return total

@@ -21,6 +21,7 @@ from tasks.select_to_think.config import SelectToThinkConfig, TinyLMConfig
 from tasks.select_to_think.model import (
     LLM,
     LOCAL,
+    LOCAL_FROZEN,
     SLM,
     AdditionTask,
     Setup,
@@ -45,8 +46,12 @@ def train(config: SelectToThinkConfig, seed: int, data_dir: Path, model_dir: Pat
     progress(0.7, f"{len(groups)} S2T-Local groups collected")
     with result.stage("local_train"):
         local_model = train_local(config, seed, slm, groups, setup.reserved, result, progress)
+    models = {LLM: llm, SLM: slm, LOCAL: local_model}
+    if config.local.frozen_body_lr is not None:
+        with result.stage("local_frozen_train"):
+            models[LOCAL_FROZEN] = train_local_frozen(config, seed, slm, groups, setup.reserved, result)
     with result.stage("save"):
-        for name, model in ((LLM, llm), (SLM, slm), (LOCAL, local_model)):
+        for name, model in models.items():
             tiny_lm.save_model(model, Path(model_dir) / name)
     progress(1.0, "trained")
     return result
@@ -171,3 +176,22 @@ def train_local(config: SelectToThinkConfig, seed: int, slm: torch.nn.Module, gr
                    head_before, local_model.get_output_embeddings().weight.detach(), reserved),
                curves={"local_train_loss": log.total, "local_ce": log.ce, "local_hinge": log.hinge})
     return local_model
+
+
+def train_local_frozen(config: SelectToThinkConfig, seed: int, slm: torch.nn.Module, groups: method.CandidateGroups,
+                       reserved: list[int], result: SeedResult) -> torch.nn.Module:
+    """S2T-Local with the body frozen: a copy of the SLM whose reserved rows alone are trained (rate
+    ``local.frozen_body_lr``, the other settings as the full fine-tune), on the same groups in the same order.
+    Records how far the body and the non-reserved rows moved (both 0 by construction, checked per seed)."""
+    local = config.local
+    frozen_model = copy.deepcopy(slm)
+    head_before = frozen_model.get_output_embeddings().weight.detach().clone()
+    body_before = {name: p.detach().clone() for name, p in frozen_model.named_parameters()}
+    weights = method.LocalLossWeights(local.kl_weight, local.frozen_kl_weight, local.hinge_margin)
+    log = method.train_s2t_local(frozen_model, groups, reserved, local.epochs, local.batch_groups,
+                                 local.frozen_body_lr, local.weight_decay, weights, seed, train_body=False)
+    result.add(local_frozen_body_max_change=method.body_change(body_before, frozen_model),
+               local_frozen_rows_max_change_frozen_body=method.frozen_rows_change(
+                   head_before, frozen_model.get_output_embeddings().weight.detach(), reserved),
+               curves={"local_frozen_train_loss": log.total, "local_frozen_ce": log.ce})
+    return frozen_model

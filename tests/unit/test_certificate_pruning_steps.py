@@ -235,7 +235,11 @@ def claim_metric_names(claim) -> list[str]:
 # A rate over conditioned runs is NaN when its seed counted none; these are the only metrics allowed to be NaN.
 ZERO_TRIAL_RATES = {"c1_conditional_coverage_rate": "c1_conditional_runs",
                     "c3_adaptive_conditional_coverage": "c3_adaptive_conditional_runs",
-                    "c3_adaptive_long_window_rate": "c3_adaptive_conditional_runs"}
+                    "c3_adaptive_long_window_rate": "c3_adaptive_conditional_runs",
+                    # the tight test bed's stopping statistics are NaN when no run stopped (issue 18)
+                    "tight_valid_stop_rate": "c9b_stopped_runs", "tight_median_stop_time": "c9b_stopped_runs",
+                    "tight_log10_tightness_at_stop": "c9b_stopped_runs",
+                    "tight_pool_false_stop_rate": "tight_pool_stopped_runs"}
 
 
 def test_train_writes_nothing_and_returns_an_empty_result(tmp_path):
@@ -460,7 +464,7 @@ def test_figures_build_from_results(smoke_run, tmp_path):
     names = sorted(p.name for p in written)
     assert names == sorted(["regret_curves.png", "certificate_traces.png", "volume_loglog_needle2d.png",
                             "active_set_needle2d.png", "active_set_branin.png", "regret_curves.csv",
-                            "certificate_traces.csv", "c6_median_final_regret.csv"])
+                            "certificate_traces.csv", "c6_median_final_regret.csv", "tight_certificate_traces.png"])
     for path in written:
         assert path.stat().st_size > 100
     assert (tmp_path / "figures" / "regret_curves.png").read_bytes()[:4] == b"\x89PNG"

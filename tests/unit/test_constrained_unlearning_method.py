@@ -17,6 +17,7 @@ from tasks.common.params import paper_seeds, params_section
 from tasks.constrained_unlearning import baselines, data, diffusion, evaluate, method
 from tasks.constrained_unlearning.config import CONFIG
 from tasks.constrained_unlearning.mixture import GaussianMixture, single_gaussian
+from tasks.constrained_unlearning.model import constrained_optimum
 
 
 def cpu_config():
@@ -334,21 +335,74 @@ def _closed_form(problem, f, mass_target):
 
 @pytest.mark.parametrize("formulation", method.FORMULATIONS)
 def test_primal_dual_grid_recovers_the_closed_form(grid_2d, formulation):
-    """Claims C1a-i (identities): on the 2-D grid the primal-dual iterates reach the closed-form optimum (TV),
-    lambda* and an active constraint (slack), with lambda never negative."""
+    """Claims C1a-i (mechanism checks of the dual loop): with the threshold set from the requested forget mass
+    (never from the optimum) and the one normalised dual step shared by RU, FU and LU, the grid iterates reach
+    the constrained optimum (TV), its dual variable lambda_b and an active constraint, lambda never negative."""
     cfg, _, problem, _ = grid_2d
-    lam_star, p_star, bound = _closed_form(problem, formulation, cfg.grid.target_forget_mass)
-    dual_lr = getattr(cfg.grid.dual_lr, formulation)
-    run = method.primal_dual_grid(formulation, problem, bound, cfg.grid.iterations, cfg.grid.primal_step, dual_lr)
-    assert method.tv_distance(run.p, p_star, problem.cell) < 1e-3
-    assert abs(run.lam - lam_star) / lam_star < 0.01
+    optimum = constrained_optimum(formulation, problem, cfg.grid.target_forget_mass)
+    dual_lr = optimum.dual_lr(cfg.grid.dual_step)
+    run = method.primal_dual_grid(formulation, problem, optimum.bound, cfg.grid.iterations, cfg.grid.primal_step,
+                                  dual_lr)
+    assert method.tv_distance(run.p, optimum.p, problem.cell) < 1e-3
+    assert abs(run.lam - optimum.lam) / optimum.lam < 0.01
     assert abs(run.slack) < 1e-3
     assert min(run.lambdas) >= 0
-    assert method.mass(run.p, problem.forget_mask, problem.cell) == pytest.approx(0.05, abs=1e-4)
+    # The threshold is not the answer's: bisection on the active constraint reaches it exactly, and it is the
+    # requested-mass reference's constraint value.
+    assert method.violation(formulation, method.constraint_value(formulation, optimum.p, problem),
+                            optimum.bound) == pytest.approx(0.0, abs=1e-9)
+    reference_p = method.requested_mass_reference(problem, cfg.grid.target_forget_mass)
+    assert optimum.bound == method.constraint_value(formulation, reference_p, problem)
     # Negative control: a dual step with the wrong sign never satisfies the constraint.
-    wrong = method.primal_dual_grid(formulation, problem, bound, cfg.grid.iterations, cfg.grid.primal_step, dual_lr,
-                                    dual_update=lambda lam, g, lr: max(0.0, lam - lr * g))
+    wrong = method.primal_dual_grid(formulation, problem, optimum.bound, cfg.grid.iterations, cfg.grid.primal_step,
+                                    dual_lr, dual_update=lambda lam, g, lr: max(0.0, lam - lr * g))
     assert abs(wrong.slack) > 1e-3
+
+
+def test_one_dual_step_would_fail_without_the_normalisation(grid_2d):
+    """Item 3 (one dual rule): the normalised rule converges for all three formulations with one dual_step;
+    the same number used as a raw learning rate (no normalisation) misses lambda_b by far for at least one of
+    them within the same iterations (negative control: the normalisation is what makes one step serve all)."""
+    cfg, _, problem, _ = grid_2d
+    raw_errors = []
+    for f in method.FORMULATIONS:
+        optimum = constrained_optimum(f, problem, cfg.grid.target_forget_mass)
+        raw = method.primal_dual_grid(f, problem, optimum.bound, cfg.grid.iterations, cfg.grid.primal_step,
+                                      cfg.grid.dual_step)
+        raw_errors.append(abs(raw.lam - optimum.lam) / optimum.lam)
+    assert max(raw_errors) > 0.1
+
+
+def test_requested_mass_reference_exact():
+    """The requested-mass reference on a hand-made 4-cell grid: q = (0.1, 0.2, 0.3, 0.4), forget region cells
+    0 and 1 (mass 0.3); request 0.15: the forget cells halve, the rest scale by 0.85 / 0.7; the bounds are the
+    constraints at that reference (LU: E_p[q_u] by hand). Negative control: the optimum's own constraint value
+    (the former rule) is a different number."""
+    q = np.array([0.1, 0.2, 0.3, 0.4])
+    qu = np.array([0.5, 0.3, 0.15, 0.05])
+    problem = method.GridProblem(np.log(q), np.log(qu), 1.0, np.array([True, True, False, False]))
+    ref = method.requested_mass_reference(problem, 0.15)
+    np.testing.assert_allclose(ref, [0.05, 0.1, 0.3 * 0.85 / 0.7, 0.4 * 0.85 / 0.7], rtol=1e-12)
+    expected_eps = 0.05 * 0.5 + 0.1 * 0.3 + 0.3 * 0.85 / 0.7 * 0.15 + 0.4 * 0.85 / 0.7 * 0.05
+    assert method.bound_for_forget_mass("lu", problem, 0.15) == pytest.approx(expected_eps, rel=1e-12)
+    lam = method.lambda_for_bound("lu", problem, expected_eps)
+    p = method.lu_target(problem, lam)
+    assert method.expectation(p, qu, 1.0) == pytest.approx(expected_eps, rel=1e-9)
+    assert method.mass(p, problem.forget_mask, 1.0) != pytest.approx(0.15, abs=1e-3)
+    with pytest.raises(ValueError, match="requested forget mass must be in"):
+        method.requested_mass_reference(problem, 0.5)
+    with pytest.raises(ValueError, match="already holds at lambda = 0"):
+        method.lambda_for_bound("lu", problem, 1.0)
+
+
+def test_normalised_dual_lr_exact():
+    """lambda <- lambda + step g / g0^2: nu = lambda |g0| moves by step * g / |g0| (hand values)."""
+    assert method.normalised_dual_lr(0.01, 0.5) == pytest.approx(0.04)
+    assert method.normalised_dual_lr(0.01, -2.0) == pytest.approx(0.0025)
+    lam = method.projected_dual_ascent(0.0, 0.5, method.normalised_dual_lr(0.01, 0.5))
+    assert lam * 0.5 == pytest.approx(0.01)  # nu after one step at the start violation = dual_step
+    with pytest.raises(ValueError):
+        method.normalised_dual_lr(0.01, 0.0)
 
 
 CPU_SEEDS = paper_seeds("constrained_unlearning", params_section("constrained_unlearning"))["cpu"]

@@ -135,7 +135,7 @@ def test_bernoulli_and_categorical_kl_and_entropy_exact():
 
 def test_isr_gate_and_label_probability_exact():
     isr = method.information_sufficiency_ratio(np.array([0.6, 0.3, 0.0, 0.2]), np.array([0.4, 0.6, 0.0, 0.0]))
-    assert isr.tolist() == pytest.approx([1.5, 0.5, 0.0, math.inf])
+    assert isr.tolist() == pytest.approx([1.5, 0.5, 1.0, math.inf])  # 0 / 0: a zero budget meets a zero need
     assert method.answer_gate(np.array([1.5, 1.0, 0.99])).tolist() == [True, True, False]
     gated = method.answer_gate(np.array([1.5, 1.2]), np.array([0.6, 0.5]), np.array([0.4, 0.45]), margin=0.1)
     assert gated.tolist() == [True, False]

@@ -49,6 +49,7 @@ def test_paper_validators_name_the_key():
     ("data", "test_n", [8, 4], "strictly increasing"),
     ("data", "relevant_min", 4, "relevant_min .* must be <= relevant_max"),
     ("data", "train_n_min", 2, "room for relevant_max"),
+    ("data", "test_n", [4, 8, 16], r"test_n: the largest test chunk count \(16\) exceeds train_n_max \(8\)"),
     ("evaluation", "h_star", 1.5, "less than 1"),
 ])
 def test_config_validators_give_clear_errors(section, key, value, message):
@@ -117,7 +118,7 @@ def test_procedural_items_follow_the_labelling_rules():
     assert data.gold_label(1, 1) == 0 and data.gold_label(2, 1) == 1  # a tie is not support
 
 
-def test_rendering_permutes_chunks_and_masks_only_relevant_values():
+def test_rendering_permutes_chunks_and_masks_every_value():
     cfg = smoke_config().data
     vocab = data.vocabulary(cfg)
     frame = data.procedural_items(cfg, 0).filter((pl.col("split") == "test") & (pl.col("n_chunks") == 4))
@@ -127,9 +128,7 @@ def test_rendering_permutes_chunks_and_masks_only_relevant_values():
     assert ids.shape == (frame.height, 3, 5, 3)
     np.testing.assert_array_equal(ids[0, 1, :4], items.chunk_tokens[0][orders[0, 1]])
     np.testing.assert_array_equal(ids[:, :, 4], np.broadcast_to(items.claim_tokens[:, None], (frame.height, 3, 3)))
-    masked = data.mask_relevant_values(items, vocab)
-    assert np.all(masked[..., 2][items.relevant] == vocab.mask)
-    np.testing.assert_array_equal(masked[~items.relevant], items.chunk_tokens[~items.relevant])
+    check_every_chunk_value_is_masked(items, vocab)
 
 
 def test_stale_or_missing_data_is_rejected_with_the_key(tmp_path):
@@ -463,3 +462,259 @@ def test_paper_profile_runs_on_local_stand_ins(tmp_path):
     wrong = CONFIG.model_validate(raw | {"hub": raw["hub"] | {"items_per_source": 2}})
     with pytest.raises(ValueError, match=r"order_sensitivity\.hub\.items_per_source: .*rerun the data phase"):
         evaluate.evaluate(wrong, 0, tmp_path / "data", model_dir)
+
+
+# ------------------------------------------------------------------------------------------------
+# Issue 19: skeletons without gold relevance, the ISR gate against the confidence gate
+# ------------------------------------------------------------------------------------------------
+
+def check_every_chunk_value_is_masked(items: data.ItemArrays, vocab: data.Vocabulary) -> None:
+    """The skeleton masks the value of every chunk (relevant or not), keeps entity and attribute, and does not
+    read the gold relevance: the same items with a scrambled ``relevant`` give the same skeleton."""
+    assert items.relevant.any() and (~items.relevant).any()  # non-degenerate: both kinds of chunk present
+    masked = data.mask_all_values(items, vocab)
+    assert np.all(masked[..., 2] == vocab.mask)
+    np.testing.assert_array_equal(masked[..., :2], items.chunk_tokens[..., :2])
+    scrambled = data.ItemArrays(**(items.__dict__ | {"relevant": np.random.default_rng(0).random(
+        items.relevant.shape) < 0.5}))
+    np.testing.assert_array_equal(data.mask_all_values(scrambled, vocab), masked)
+    rows = np.arange(len(masked)) % 2 == 0  # training masks some items only
+    partial = data.mask_all_values(items, vocab, where=rows)
+    np.testing.assert_array_equal(partial[rows], masked[rows])
+    np.testing.assert_array_equal(partial[~rows], items.chunk_tokens[~rows])
+
+
+def _smoke_items(n: int = 4) -> tuple[data.ItemArrays, data.Vocabulary]:
+    cfg = smoke_config().data
+    vocab = data.vocabulary(cfg)
+    frame = data.procedural_items(cfg, 0).filter((pl.col("split") == "test") & (pl.col("n_chunks") == n))
+    return data.item_arrays(frame, vocab), vocab
+
+
+def _relevant_only_masking(items, vocab, where=None):
+    """The pre-issue-19 skeleton: only the gold-relevant chunks' values masked (an oracle)."""
+    tokens = items.chunk_tokens.copy()
+    rows = np.ones(len(tokens), dtype=bool) if where is None else np.asarray(where, dtype=bool)
+    tokens[..., 2][items.relevant & rows[:, None]] = vocab.mask
+    return tokens
+
+
+def test_negative_control_relevant_only_masking_fails_the_skeleton_check(monkeypatch):
+    items, vocab = _smoke_items()
+    monkeypatch.setattr(data, "mask_all_values", _relevant_only_masking)
+    with pytest.raises(AssertionError):
+        check_every_chunk_value_is_masked(items, vocab)
+
+
+def check_scored_skeletons_mask_every_value(monkeypatch) -> None:
+    """Wiring: the evaluation's skeletons are the full prompts with every value masked, Controls included. A
+    stand-in scorer returns the number of masked chunk values as the logit gap, so with temperature 1 the
+    skeleton's q is sigmoid(n) on EVERY item (a Control too) and the full prompt's is sigmoid(0) = 1/2."""
+    cfg = smoke_config()
+    vocab = data.vocabulary(cfg.data)
+    frame = data.procedural_items(cfg.data, 0).filter(pl.col("split") == "test")
+    assert frame["is_control"].any() and (~frame["is_control"]).any()
+    monkeypatch.setattr(evaluate, "score_gaps", lambda model, ids, batch_size, device="cpu": (
+        (ids[..., :-1, 2] == vocab.mask).sum(axis=-1).astype(float)))
+    scored = evaluate.score_procedural(None, frame, vocab, cfg.evaluation, 1.0, np.random.default_rng(0))
+    np.testing.assert_allclose(scored.q_full, 0.5)
+    np.testing.assert_allclose(scored.q_skeleton, np.broadcast_to(
+        method_sigmoid(scored.n_chunks.astype(float))[:, None], scored.q_skeleton.shape))
+
+
+def method_sigmoid(x: np.ndarray) -> np.ndarray:
+    return 1.0 / (1.0 + np.exp(-x))
+
+
+def test_scored_skeletons_mask_every_value(monkeypatch):
+    check_scored_skeletons_mask_every_value(monkeypatch)
+
+
+def test_negative_control_scored_skeletons_with_gold_relevance_fail(monkeypatch):
+    monkeypatch.setattr(data, "mask_all_values", _relevant_only_masking)
+    with pytest.raises(AssertionError):
+        check_scored_skeletons_mask_every_value(monkeypatch)
+
+
+def _gate_comparison_scores() -> measures.ScoredItems:
+    """Eight hand-built items, skeletons k = 2 of m = 4 permutations, h* = 0.05, symmetric clip 6.
+
+    With B2T(1/2) = KL(Ber(0.95) || Ber(0.5)) = 0.4946 nats (decision 1 on every item, mean q >= 1/2):
+    1 label 1, P = 0.99 vs S = 0.5: Delta = ln 1.98 = 0.683 >= 0.4946, ISR answers (right); confidence 0.99
+    2 label 0, first two P = 0.99 (mean 0.795): ISR answers (wrong); confidence 0.795
+    3 label 1, first two P = 0.7: ln 1.4 = 0.336 < 0.4946, ISR abstains; confidence 0.845
+    4 Control at 1/2: Delta = 0, ISR abstains; confidence 0.5
+    5 label 0, P = 0.95, S = (0.9, 0.3): Delta = 0.603, q_lo = 0.3, B2T = 0.963, ISR abstains; confidence 0.95
+    6 label 1, P = 0.98: ln 1.96 = 0.673, ISR answers (right); confidence 0.98
+    7 label 1, first two P = 0.9 (mean 0.945): ln 1.8 = 0.588, ISR answers (right); confidence 0.945
+    8 label 0, P = 0.96, S = (0.95, 0.2): Delta = 0.790, q_lo = 0.2, B2T = 1.342, ISR abstains; confidence 0.96
+    ISR: answers {1, 2, 6, 7}, hallucinates on 2: 1 / 4. Confidence gate, 4 abstentions (the lowest: 4, 2, 3, 7):
+    answers {1, 5, 6, 8}, hallucinates on 5 and 8: 2 / 4. Difference +25 points.
+    """
+    q_full = np.array([[0.99] * 4, [0.99, 0.99, 0.6, 0.6], [0.7, 0.7, 0.99, 0.99], [0.5] * 4, [0.95] * 4,
+                       [0.98] * 4, [0.9, 0.9, 0.99, 0.99], [0.96] * 4])
+    q_skeleton = np.array([[0.5, 0.5], [0.5, 0.5], [0.5, 0.5], [0.5, 0.5], [0.9, 0.3], [0.5, 0.5], [0.5, 0.5],
+                           [0.95, 0.2]])
+    label = np.array([1, 0, 1, data.NO_LABEL, 0, 1, 1, 0])
+    return measures.ScoredItems(q_full=q_full, q_skeleton=q_skeleton, q_identity=q_full[:, 0], label=label,
+                                is_control=label == data.NO_LABEL, n_chunks=np.full(8, 4), dose=np.full(8, -1))
+
+
+def check_isr_against_confidence_gate() -> None:
+    ev = smoke_config().evaluation.model_copy(update={"h_star": 0.05, "clip": 6.0, "clip_mode": "symmetric",
+                                                      "margin": 0.0})
+    metrics, plan = measured(_gate_comparison_scores(), ev)
+    np.testing.assert_array_equal(plan.answer, [True, True, False, False, False, True, True, False])
+    assert (metrics["gate_hallucinated_count"], metrics["gate_answered_count"]) == (1.0, 4.0)
+    assert (metrics["confidence_gate_hallucinated_count"], metrics["confidence_gate_answered_count"]) == (2.0, 4.0)
+    assert metrics["confidence_gate_hallucination_answered"] == 0.5
+    assert metrics["confidence_minus_isr_hallucination_pp"] == pytest.approx(25.0, abs=1e-12)
+    assert metrics["confidence_gate_control_abstention"] == 1.0
+    # C7a's precondition: the mixture's label answered on all 8 items hallucinates on 2, 4 (Control), 5, 8
+    assert (metrics["ungated_mixture_hallucinated_count"], metrics["ungated_mixture_hallucination_rate"]) == (4.0, 0.5)
+
+
+def test_isr_gate_against_the_confidence_gate_at_equal_abstention():
+    """C7d's statistic and its precondition on hand-derived counts (docstring of _gate_comparison_scores)."""
+    check_isr_against_confidence_gate()
+
+
+@pytest.mark.parametrize("broken", ["unequal_abstention", "most_confident_abstain", "sign"])
+def test_negative_control_isr_against_confidence_gate(monkeypatch, broken):
+    from tasks.order_sensitivity import baselines
+
+    if broken == "unequal_abstention":  # the baseline answers everything: not at the ISR gate's abstention
+        monkeypatch.setattr(baselines, "confidence_gate", lambda q, abstention: np.ones(len(q), dtype=bool))
+    elif broken == "most_confident_abstain":  # ranks the wrong way round
+        monkeypatch.setattr(baselines, "confidence_gate", lambda q, abstention: baselines.abstain_lowest(
+            -np.maximum(q, 1 - q), abstention))
+    else:  # the difference taken the other way round
+        real = claim_metrics.claim_metrics
+
+        def flipped(cfg, result):
+            out = real(cfg, result)
+            return out | {"confidence_minus_isr_hallucination_pp": -out["confidence_minus_isr_hallucination_pp"]}
+        monkeypatch.setattr(claim_metrics, "claim_metrics", flipped)
+    with pytest.raises(AssertionError):
+        check_isr_against_confidence_gate()
+
+
+def check_ungated_mixture_hallucination() -> None:
+    """C7a's precondition on the eight hand-built items: the mixture's label (1 on every item) answered on all 8
+    hallucinates on 2, 5, 8 (wrong label) and 4 (a Control): 4 of 8 items. The three wrong labels alone would
+    give 3 / 8, and dividing by the 7 non-Controls 4 / 7."""
+    ev = smoke_config().evaluation.model_copy(update={"h_star": 0.05, "clip": 6.0, "clip_mode": "symmetric",
+                                                      "margin": 0.0})
+    metrics, _ = measured(_gate_comparison_scores(), ev)
+    assert (metrics["ungated_mixture_hallucinated_count"], metrics["test_item_count"]) == (4.0, 8.0)
+    assert metrics["ungated_mixture_hallucination_rate"] == 0.5
+    assert (metrics["ungated_mixture_wrong_label_count"], metrics["non_control_count"]) == (3.0, 7.0)
+
+
+def test_ungated_mixture_hallucination_counts_controls_and_wrong_labels():
+    check_ungated_mixture_hallucination()
+
+
+@pytest.mark.parametrize("broken", ["non_controls_only", "divided_by_non_controls"])
+def test_negative_control_ungated_mixture_hallucination(monkeypatch, broken):
+    if broken == "non_controls_only":  # answered Controls not counted: the rate of wrong labels among all items
+        monkeypatch.setattr(measures, "hallucinated", lambda answered, decision, scored: (
+            answered & ~scored.is_control & (decision != scored.label)))
+    else:
+        real = claim_metrics.claim_metrics
+
+        def over_non_controls(cfg, result):
+            m = result.metrics
+            return real(cfg, result) | {"ungated_mixture_hallucination_rate":
+                                        m["ungated_mixture_hallucinated_count"] / m["non_control_count"]}
+        monkeypatch.setattr(claim_metrics, "claim_metrics", over_non_controls)
+    with pytest.raises(AssertionError):
+        check_ungated_mixture_hallucination()
+
+
+def test_config_accepts_test_n_up_to_train_n_max():
+    """The boundary of the test-n rule: the largest test n equal to train_n_max is trained on, so it is allowed."""
+    raw = profile_section()["smoke"]
+    raw["data"]["test_n"] = [4, raw["data"]["train_n_max"]]
+    assert CONFIG.model_validate(raw).data.test_n[-1] == raw["data"]["train_n_max"]
+    raw["data"]["test_n"] = [4, raw["data"]["train_n_max"] + 1]  # one past the boundary is refused
+    with pytest.raises(ValidationError, match="exceeds train_n_max"):
+        CONFIG.model_validate(raw)
+
+
+def _training_item_random_masked_target(cfg, rng):
+    """The pre-12-02 rule: a masked item trained on a random target (it pinned the skeleton prior near 1/2)."""
+    n = int(rng.integers(cfg.train_n_min, cfg.train_n_max + 1))
+    control = bool(rng.random() < cfg.control_fraction)
+    item = data.make_item(cfg, n, rng, control=control, primacy=bool(rng.random() < cfg.primacy_fraction))
+    if not control and rng.random() < cfg.masked_train_fraction:
+        item["masked"] = True
+    item["target"] = int(rng.integers(2)) if control or item["masked"] else item["label"]
+    return item
+
+
+def check_masked_items_train_on_their_gold_label(cfg) -> None:
+    """Every non-Control training item, masked or not, has its gold label as target; a Control a coin flip.
+    The cpu data is used so that both labels occur among masked items (the rule is not met by a constant)."""
+    train_rows = data.procedural_items(cfg, 0).filter(pl.col("split") == "train")
+    masked = train_rows.filter(pl.col("masked"))
+    assert masked.height >= 50 and set(masked["label"].to_list()) == {0, 1}
+    np.testing.assert_array_equal(masked["target"].to_numpy(), masked["label"].to_numpy())
+    plain = train_rows.filter(~pl.col("masked") & ~pl.col("is_control"))
+    np.testing.assert_array_equal(plain["target"].to_numpy(), plain["label"].to_numpy())
+    assert set(train_rows.filter(pl.col("is_control"))["target"].to_list()) == {0, 1}
+
+
+def _cpu_data_config():
+    return CONFIG.model_validate(profile_section()["cpu"]).data
+
+
+def test_masked_training_items_train_on_their_gold_label():
+    check_masked_items_train_on_their_gold_label(_cpu_data_config())
+
+
+def test_gold_masked_targets_leave_every_item_as_before(monkeypatch):
+    """The coin is still drawn for a masked item, so the items (chunks, labels, which are masked) are those of
+    the old rule; only the masked items' targets differ."""
+    cfg = _cpu_data_config()
+    new = data.procedural_items(cfg, 0)
+    monkeypatch.setattr(data, "training_item", _training_item_random_masked_target)
+    old = data.procedural_items(cfg, 0)
+    assert new.drop("target").equals(old.drop("target"))
+    differs = (new["target"] != old["target"]).to_numpy()
+    assert differs.any() and new.filter(pl.Series(differs))["masked"].all()
+
+
+def test_negative_control_random_masked_targets_fail(monkeypatch):
+    monkeypatch.setattr(data, "training_item", _training_item_random_masked_target)
+    with pytest.raises(AssertionError):
+        check_masked_items_train_on_their_gold_label(_cpu_data_config())
+
+
+def check_answered_wrong_label() -> None:
+    """Four hand-built items: answered (T, T, T, F), decision (1, 0, 1, 1), label (1, 1, Control, 0). Item 2 is an
+    answered wrong label, item 3 an answered Control (a hallucination, not a wrong label), item 4 a wrong label
+    that is not answered: one answered wrong label, two hallucinations."""
+    label = np.array([1, 1, data.NO_LABEL, 0])
+    scored = measures.ScoredItems(q_full=np.full((4, 2), 0.5), q_skeleton=np.full((4, 1), 0.5),
+                                  q_identity=np.full(4, 0.5), label=label, is_control=label == data.NO_LABEL,
+                                  n_chunks=np.full(4, 4), dose=np.full(4, -1))
+    answered, decision = np.array([True, True, True, False]), np.array([1, 0, 1, 1])
+    np.testing.assert_array_equal(measures.answered_wrong_label(answered, decision, scored),
+                                  [False, True, False, False])
+    assert measures.hallucinated(answered, decision, scored).sum() == 2
+    # on the eight gate items (_gate_comparison_scores) every hallucination of both gates is a wrong label
+    ev = smoke_config().evaluation.model_copy(update={"h_star": 0.05, "clip": 6.0, "clip_mode": "symmetric",
+                                                      "margin": 0.0})
+    metrics, _ = measured(_gate_comparison_scores(), ev)
+    assert (metrics["gate_wrong_label_count"], metrics["confidence_gate_wrong_label_count"]) == (1.0, 2.0)
+
+
+def test_answered_wrong_label_excludes_answered_controls():
+    check_answered_wrong_label()
+
+
+def test_negative_control_answered_wrong_label_counting_controls_fails(monkeypatch):
+    monkeypatch.setattr(measures, "answered_wrong_label", measures.hallucinated)
+    with pytest.raises(AssertionError):
+        check_answered_wrong_label()

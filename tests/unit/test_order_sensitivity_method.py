@@ -305,8 +305,8 @@ def test_clip_modes():
 
 def test_isr_and_gate():
     isr = method.information_sufficiency_ratio(np.array([1.0, 0.5, 0.0, 2.0]), np.array([1.0, 1.0, 0.0, 0.0]))
-    np.testing.assert_array_equal(isr, [1.0, 0.5, 0.0, np.inf])
-    np.testing.assert_array_equal(method.answer_gate(isr), [True, False, False, True])
+    np.testing.assert_array_equal(isr, [1.0, 0.5, 1.0, np.inf])
+    np.testing.assert_array_equal(method.answer_gate(isr), [True, False, True, True])
     margin = method.answer_gate(isr, np.array([1.0, 0.5, 0.0, 2.0]), np.array([1.0, 1.0, 0.0, 0.0]), margin=0.5)
     np.testing.assert_array_equal(margin, [False, False, False, True])
 
@@ -351,3 +351,37 @@ def test_confidence_gate_abstains_on_the_least_confident():
     assert baselines.abstain_lowest(q, 0.0).all()
     with pytest.raises(ValueError, match="abstention"):
         baselines.abstain_lowest(q, 1.5)
+
+
+def check_zero_need_convention() -> None:
+    """B2T = 0 (the prior already at the target 1 - h*): the gate is the sufficiency condition Delta_bar >= B2T,
+    so a zero budget answers (the official toolkit's convention), a positive one answers, a negative one abstains.
+    Through Algorithm 1: skeletons equal to the prompt at q = 0.75 with h* = 0.25 give u_k = 0, Delta_bar = 0,
+    q_lo = 0.75 = 1 - h*, B2T = 0 exactly, and the item is answered."""
+    isr = method.information_sufficiency_ratio(np.array([0.0, 0.2, -0.2]), np.zeros(3))
+    np.testing.assert_array_equal(isr, [1.0, np.inf, -np.inf])
+    np.testing.assert_array_equal(method.answer_gate(isr), [True, True, False])
+    plan = method.plan_answers(np.full((2, 4), 0.75), np.full((2, 2), 0.75), 0.25, 6.0, "symmetric")
+    assert plan.b2t.tolist() == [0.0, 0.0] and plan.delta_bar.tolist() == [0.0, 0.0]
+    assert plan.answer.tolist() == [True, True]
+    # ISR >= 1 is Delta_bar >= B2T on every input, zero need included (non-degenerate draws, some ties)
+    rng = np.random.default_rng(7)
+    delta = np.round(rng.normal(0.5, 0.5, 400), 1)
+    b2t = np.where(rng.random(400) < 0.2, 0.0, np.round(rng.uniform(0.0, 1.0, 400), 1))
+    assert (b2t == 0).any() and (delta == b2t).any() and (delta < 0).any()
+    np.testing.assert_array_equal(method.answer_gate(method.information_sufficiency_ratio(delta, b2t)), delta >= b2t)
+
+
+def test_gate_answers_when_no_information_is_needed_and_none_is_given():
+    check_zero_need_convention()
+
+
+def test_negative_control_zero_over_zero_abstaining_fails(monkeypatch):
+    """The library's pre-issue-19 convention (ISR = 0 when B2T = 0 and Delta_bar = 0: abstain) breaks the check."""
+    def old_ratio(delta_bar, b2t):
+        delta_bar, b2t = np.broadcast_arrays(np.asarray(delta_bar, dtype=float), np.asarray(b2t, dtype=float))
+        with np.errstate(divide="ignore", invalid="ignore"):
+            return np.where(b2t > 0, delta_bar / np.where(b2t > 0, b2t, 1.0), np.where(delta_bar > 0, np.inf, 0.0))
+    monkeypatch.setattr(method, "information_sufficiency_ratio", old_ratio)
+    with pytest.raises(AssertionError):
+        check_zero_need_convention()

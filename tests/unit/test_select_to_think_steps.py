@@ -136,26 +136,37 @@ def test_steps_at_smoke_return_every_claim_metric(smoke_results):
                         assert metrics[name] == round(metrics[name]) >= 0, (claim.id, name)
     assert all(isinstance(v, float) for v in metrics.values())
     # undefined at a tiny scale only: a ratio to a greedy SLM that solves nothing, a rate with no trigger step
-    undefined = {"local_entropy_relative_gain", "local_entropy_over_greedy", "slm_llm_disagree_rate"}
+    undefined = {"local_entropy_relative_gain", "local_entropy_over_greedy", "local_frozen_entropy_over_greedy",
+                 "slm_llm_disagree_rate"}
     assert all(np.isfinite(v) for k, v in metrics.items() if k not in undefined)
     assert metrics["hit_at_8_count"] <= metrics["trigger_count"] and metrics["test_count"] == 60
     assert set(result.curves) == set(trained.curves) == {"llm_train_loss", "slm_train_loss", "local_train_loss",
-                                                         "local_ce", "local_hinge"}
+                                                         "local_ce", "local_hinge", "local_frozen_train_loss",
+                                                         "local_frozen_ce"}
     assert set(result.tables) == {"hit_at_k", "examples"}
-    assert {"seconds_train_pair", "seconds_local_train", "seconds_baselines", "seconds_local_eval"} <= set(metrics)
-    for name in (model.LLM, model.SLM, model.LOCAL):  # the seed's own folder
+    assert {"seconds_train_pair", "seconds_local_train", "seconds_baselines", "seconds_local_eval",
+            "seconds_local_frozen_train", "seconds_local_frozen_eval"} <= set(metrics)
+    for name in (model.LLM, model.SLM, model.LOCAL, model.LOCAL_FROZEN):  # the seed's own folder
         assert (root / "models" / "seed0" / name / "model.safetensors").is_file()
     assert calls and calls[-1] == pytest.approx(1.0)
     # Mechanism checks inside the steps: C7 and C8 hold exactly at any scale.
     assert metrics["local_entropy_llm_evaluations"] == 0.0
     assert metrics["local_frozen_rows_max_change"] == 0.0
     assert metrics["hit_at_full_vocab"] == 1.0
+    # the frozen-body variant (C8b): body and non-reserved rows bitwise unchanged, no LLM call
+    assert metrics["local_frozen_body_max_change"] == metrics["local_frozen_rows_max_change_frozen_body"] == 0.0
+    assert metrics["local_frozen_entropy_llm_evaluations"] == 0.0
+    # exact chance at the trigger steps: a probability per step, so at most the number of steps, nested in K
+    chance = [metrics[f"chance_hit_at_{k}"] for k in (1, 2, 4, 8)]
+    assert chance == sorted(chance) and 0 < chance[0] and chance[-1] < 1
+    assert metrics["scorer_chance_rate"] == pytest.approx(1 / smoke_config().s2t.k_collect)
 
 
 def test_training_metrics_come_from_train_and_measurements_from_evaluate(smoke_results):
     _, _, trained, _, _, _ = smoke_results
     assert {k for k in trained.metrics if not k.startswith("seconds_")} == {
-        "llm_train_steps", "slm_train_steps", "local_groups", "local_frozen_rows_max_change"}
+        "llm_train_steps", "slm_train_steps", "local_groups", "local_frozen_rows_max_change",
+        "local_frozen_body_max_change", "local_frozen_rows_max_change_frozen_body"}
     assert not trained.tables
 
 
@@ -259,7 +270,8 @@ def test_scorer_counts_compare_the_bin_scores_and_the_slm_top1_with_the_teacher(
     reserved = method.bin_ids(14, 16)
     # the teacher's candidates: token 3, 3, 3, 5. A scorer that likes token 3 picks it in the first three groups
     assert model.scorer_counts(_BinStub(liked=3), groups, reserved, batch_groups=3) == {
-        "heldout_group_count": 4.0, "local_scorer_teacher_count": 3.0, "slm_top1_teacher_count": 2.0}
+        "heldout_group_count": 4.0, "local_scorer_teacher_count": 3.0, "slm_top1_teacher_count": 2.0,
+        "scorer_chance_expected": 4 / 3}  # a random pick among 3 candidates: 1/3 per group
     # a scorer that likes token 7 never agrees with this teacher: it does not beat the top-1
     assert model.scorer_counts(_BinStub(liked=7), groups, reserved, batch_groups=2)["local_scorer_teacher_count"] == 0
     empty = groups.subset(torch.arange(0))
@@ -294,7 +306,7 @@ def test_training_is_deterministic_given_the_seed(smoke_results):
     strip = {k: v for k, v in trained.metrics.items() if not k.startswith("seconds_")}
     assert strip == {k: v for k, v in again.metrics.items() if not k.startswith("seconds_")}
     assert trained.curves == again.curves
-    for name in (model.LLM, model.SLM, model.LOCAL):
+    for name in (model.LLM, model.SLM, model.LOCAL, model.LOCAL_FROZEN):
         first, second = (root / folder / "seed0" / name / "model.safetensors" for folder in ("models", "models2"))
         assert first.read_bytes() == second.read_bytes(), name
 
