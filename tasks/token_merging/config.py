@@ -52,11 +52,15 @@ class ViTConfig(ProfileConfig):
     depth: int = Field(ge=2, description="merging happens after blocks 0..depth-2")
     heads: int = Field(ge=1)
     mlp_ratio: int = Field(default=2, ge=1)
+    pos_embed: Literal["learned", "sincos"] = Field(default="learned", description="learned (the committed "
+                                                    "runs), or fixed 2-D sin-cos (faster training at many tokens)")
 
     @model_validator(mode="after")
     def _heads_divide(self) -> ViTConfig:
         if self.dim % self.heads:
             raise ValueError(f"dim ({self.dim}) must be divisible by heads ({self.heads})")
+        if self.pos_embed == "sincos" and self.dim % 4:
+            raise ValueError(f"pos_embed: 'sincos' needs dim divisible by 4, got {self.dim}")
         return self
 
 

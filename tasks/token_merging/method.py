@@ -22,6 +22,8 @@ Implemented
   the size-weighted mean of the member norms, so averaging does not shrink the norm.
 * A pre-LN ViT whose forward pass merges tokens training-free (``MergeViT``), loadable from a Hugging
   Face ``ViTForImageClassification`` (the paper profile's DeiT / ViT checkpoints).
+* Fixed 2-D sin-cos positional embeddings (MAE, He et al. 2022) as an option of the from-scratch ViT: they
+  train faster at 256 one-pixel tokens than learned ones; merging itself does not depend on them.
 * The isotropic Gaussian study of the logit-shrink rule (acceptance check (a)5, claims C4a-b).
 """
 
@@ -39,6 +41,7 @@ from torch.nn import functional as F
 
 LogitMode = Literal["none", "prop", "sqrt_r", "kappa"]
 MergeMode = Literal["average", "mlerp"]
+PosEmbed = Literal["learned", "sincos"]
 LOGIT_MODES = ("none", "prop", "sqrt_r", "kappa")
 MERGE_MODES = ("average", "mlerp")
 
@@ -338,10 +341,28 @@ class ViTShape:
     mlp_dim: int
     n_classes: int
     eps: float = 1e-6
+    pos_embed: PosEmbed = "learned"
 
     @property
     def n_patches(self) -> int:
         return (self.image_size // self.patch_size) ** 2
+
+
+def sincos_pos_embed_2d(grid: int, dim: int) -> torch.Tensor:
+    """Fixed 2-D sin-cos positional embedding (MAE, He et al. 2022, its ``get_2d_sincos_pos_embed``) for a
+    ``grid`` x ``grid`` patch grid plus a zero row for the cls token: (1 + grid^2, dim). Patch (row i, column j)
+    in row-major order gets ``[sin(j w), cos(j w), sin(i w), cos(i w)]`` with ``w_m = 10000^(-m / (dim/4))``,
+    m = 0..dim/4-1 (the first half encodes the column, the second the row)."""
+    if dim % 4:
+        raise ValueError(f"dim: the 2-D sin-cos embedding needs a multiple of 4, got {dim}")
+    quarter = dim // 4
+    omega = 1.0 / 10000.0 ** (torch.arange(quarter, dtype=torch.float64) / quarter)
+    rows, cols = torch.meshgrid(torch.arange(grid, dtype=torch.float64), torch.arange(grid, dtype=torch.float64),
+                                indexing="ij")
+    col_angle = cols.reshape(-1, 1) * omega
+    row_angle = rows.reshape(-1, 1) * omega
+    patches = torch.cat([col_angle.sin(), col_angle.cos(), row_angle.sin(), row_angle.cos()], dim=1)
+    return torch.cat([torch.zeros(1, dim, dtype=torch.float64), patches]).float()
 
 
 @dataclass
@@ -367,12 +388,17 @@ class MergeViT(nn.Module):
         patch_dim = shape.channels * shape.patch_size**2
         self.patch_embed = nn.Linear(patch_dim, shape.dim)
         self.cls_token = nn.Parameter(torch.zeros(1, 1, shape.dim))
-        self.pos_embed = nn.Parameter(torch.zeros(1, shape.n_patches + 1, shape.dim))
+        if shape.pos_embed == "sincos":  # fixed and not saved: a checkpoint of the other kind fails a strict load
+            grid = shape.image_size // shape.patch_size
+            self.register_buffer("pos_embed", sincos_pos_embed_2d(grid, shape.dim).unsqueeze(0), persistent=False)
+        else:
+            self.pos_embed = nn.Parameter(torch.zeros(1, shape.n_patches + 1, shape.dim))
         self.blocks = nn.ModuleList(Block(shape.dim, shape.heads, shape.mlp_dim, shape.eps)
                                     for _ in range(shape.depth))
         self.norm = nn.LayerNorm(shape.dim, eps=shape.eps)
         self.head = nn.Linear(shape.dim, shape.n_classes)
-        nn.init.trunc_normal_(self.pos_embed, std=0.02)
+        if shape.pos_embed == "learned":
+            nn.init.trunc_normal_(self.pos_embed, std=0.02)
         nn.init.trunc_normal_(self.cls_token, std=0.02)
 
     def patchify(self, images: torch.Tensor) -> torch.Tensor:
