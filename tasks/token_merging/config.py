@@ -85,6 +85,8 @@ class MergeSweepConfig(ProfileConfig):
     aggressive_retention: float = Field(default=0.25, gt=0, lt=1, description="r <= this is 'aggressive' (b1, b2)")
     shrink_singletons: bool = False
     eval_batch_size: int = Field(default=512, ge=1)
+    fused_attention: bool = Field(default=False, description="evaluate through torch's fused attention "
+                                  "(method.corrected_attention_fused: same function, float rounding differs)")
 
     @field_validator("retentions")
     @classmethod

@@ -260,6 +260,20 @@ def corrected_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, sizes
     return torch.softmax(logits, dim=-1) @ v
 
 
+def corrected_attention_fused(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, sizes: torch.Tensor,
+                              retention: float, logit_mode: LogitMode, kappa: torch.Tensor | None = None,
+                              value_exp: float = 0.0, shrink_singletons: bool = False) -> torch.Tensor:
+    """``corrected_attention`` through torch's fused scaled-dot-product kernel, equal up to float rounding:
+    the per-key logit scale is folded into the keys (a_c q.k_c = q.(a_c k_c)), the log-size prior is an
+    additive mask and M4's scale multiplies the values. Every mode takes the same kernel with a mask (zeros for
+    ``none``), so at r = 1 (all sizes 1, every scale exactly 1) every method gives bit-identical outputs."""
+    scale = key_logit_scale(sizes, retention, logit_mode, kappa, shrink_singletons)
+    prior = torch.zeros_like(sizes) if logit_mode == "none" else sizes.log()
+    if value_exp != 0.0:
+        v = v * value_scale(sizes, retention, value_exp)[:, None, :, None]
+    return F.scaled_dot_product_attention(q, k * scale[:, None, :, None], v, attn_mask=prior[:, None, None, :])
+
+
 # ----------------------------------------------------------------------------------------------------
 # Merging methods (M1-M6)
 # ----------------------------------------------------------------------------------------------------
@@ -308,13 +322,15 @@ class Block(nn.Module):
         b, n, d = t.shape
         return t.view(b, n, self.heads, d // self.heads).transpose(1, 2)
 
-    def attend(self, state: MergeState, method: MergeMethod, retention: float) -> tuple[torch.Tensor,
-                                                                                         torch.Tensor]:
-        """Residual after attention, and the keys (mean over heads) used as ToMe's matching metric."""
+    def attend(self, state: MergeState, method: MergeMethod, retention: float, fused: bool = False
+               ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Residual after attention, and the keys (mean over heads) used as ToMe's matching metric; ``fused``
+        computes the same attention through ``corrected_attention_fused`` (cheaper at many tokens)."""
         h = self.norm1(state.x)
         q, k, v = (self.split_heads(layer(h)) for layer in (self.query, self.key, self.value))
-        out = corrected_attention(q, k, v, state.sizes, retention, method.logit_mode, state.kappa_sq.sqrt(),
-                                  method.value_exp, method.shrink_singletons)
+        attention = corrected_attention_fused if fused else corrected_attention
+        out = attention(q, k, v, state.sizes, retention, method.logit_mode, state.kappa_sq.sqrt(),
+                        method.value_exp, method.shrink_singletons)
         out = out.transpose(1, 2).reshape(state.x.shape)
         return state.x + self.out(out), k.mean(dim=1)
 
@@ -430,8 +446,10 @@ class MergeViT(nn.Module):
             x = block.feed_forward(block.attend_fused(x))
         return self.head(self.norm(x[:, 0]))
 
-    def forward_merged(self, images: torch.Tensor, method: MergeMethod, schedule: list[int]) -> MergedForward:
-        """Training-free merging: after block l's attention, remove ``schedule[l]`` tokens."""
+    def forward_merged(self, images: torch.Tensor, method: MergeMethod, schedule: list[int],
+                       fused: bool = False) -> MergedForward:
+        """Training-free merging: after block l's attention, remove ``schedule[l]`` tokens (``fused``: the
+        attention through ``corrected_attention_fused``, equal up to float rounding)."""
         if len(schedule) != self.shape.depth:
             raise ValueError(f"schedule: needs one entry per block ({self.shape.depth}), got {len(schedule)}")
         state = MergeState.unmerged(self.embed(images))
@@ -440,7 +458,7 @@ class MergeViT(nn.Module):
         for block, k in zip(self.blocks, schedule):
             rms.append(size_weighted_rms(state))
             retention = (state.x.shape[1] - 1) / n0
-            x, metric = block.attend(state, method, retention)
+            x, metric = block.attend(state, method, retention, fused)
             state = replace(state, x=x)
             if k:
                 state = merge_k_tokens(state, metric, k, method.merge_mode)
