@@ -132,9 +132,10 @@ def stop_now(signum: int, _frame: object = None) -> None:
     """The signal handler: silence logging, close the records (bounded), stop the embedded Prefect server, then
     exit with 128 + signum (130 for Ctrl-C, 143 for SIGTERM, 129 for SIGHUP)."""
     name = signal.Signals(signum).name
-    # From here on the run is ending and this handler reports it: log records of the engine's threads still
-    # winding down (Prefect's "Crash detected!" of a seed cut mid-start, a client's retry warning) would only
-    # bury the line below in noise. Direct stderr writes (a thread's traceback) are not affected.
+    # From here on the run is ending and this handler reports it: log records of the threads still winding
+    # down would only bury the line below in noise. Seen: polars turns SIGINT into a KeyboardInterrupt in
+    # whatever thread runs a query, so a seed reading its parquet at that moment "crashes" and Prefect logs
+    # "Crash detected!" at ERROR. Direct stderr writes (a thread's traceback) are not affected.
     logging.disable(logging.CRITICAL)
     from tasks.common import progress_bars
 
