@@ -14,6 +14,7 @@ marked by its ``train.json``, so a rerun resumes at the first seed that had not 
 from __future__ import annotations
 
 import contextvars
+import logging
 import os
 import queue
 import signal
@@ -128,9 +129,14 @@ def end_child_processes() -> None:
 
 
 def stop_now(signum: int, _frame: object = None) -> None:
-    """The signal handler: close the records (bounded), stop the embedded Prefect server, then exit with
-    128 + signum (130 for Ctrl-C, 143 for SIGTERM, 129 for SIGHUP)."""
+    """The signal handler: silence logging, close the records (bounded), stop the embedded Prefect server, then
+    exit with 128 + signum (130 for Ctrl-C, 143 for SIGTERM, 129 for SIGHUP)."""
     name = signal.Signals(signum).name
+    # From here on the run is ending and this handler reports it: log records of the threads still winding
+    # down would only bury the line below in noise. Seen: polars turns SIGINT into a KeyboardInterrupt in
+    # whatever thread runs a query, so a seed reading its parquet at that moment "crashes" and Prefect logs
+    # "Crash detected!" at ERROR. Direct stderr writes (a thread's traceback) are not affected.
+    logging.disable(logging.CRITICAL)
     from tasks.common import progress_bars
 
     progress_bars.stop_active()  # live bars hide the cursor: give the terminal back before the line below

@@ -138,3 +138,44 @@ def test_the_embedded_server_is_launched_in_a_session_of_its_own(monkeypatch):
         servers.start_embedded_prefect()
     assert launched.get("start_new_session") is True
     assert prefect_server.subprocess is subprocess, "Prefect's module was left patched"
+
+
+# A child whose engine thread keeps logging errors while the handler closes the run (its server stop made slow,
+# as a real one can be): after the handler's line, nothing the logging module emits may reach the terminal.
+NOISY_CHILD = textwrap.dedent("""
+    import logging, os, signal, sys, threading, time
+    from tasks.common import interrupts
+
+    if sys.argv[3] == "no-silence":  # negative control: the handler without its logging switch-off
+        interrupts.logging = type("NoDisable", (), {"disable": staticmethod(lambda level: None),
+                                                    "CRITICAL": logging.CRITICAL})
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    logging.basicConfig(stream=sys.stderr, format="%(levelname)s %(message)s")
+    engine = logging.getLogger("engine")
+
+    def crash_reports():
+        while True:
+            engine.error("Crash detected! Execution was aborted by an interrupt signal.")
+            time.sleep(0.005)
+
+    def slow_server_stop(wait_s=0.0):
+        time.sleep(0.3)
+
+    interrupts.stop_embedded_servers = slow_server_stop
+    print(0, flush=True)
+    interrupts.install()
+    threading.Thread(target=crash_reports, daemon=True).start()
+    time.sleep(0.05)
+    os.kill(os.getpid(), signal.SIGINT)
+    time.sleep(2)
+""")
+
+
+@pytest.mark.parametrize("variant", ["silenced", "no-silence"])
+def test_after_the_handlers_line_no_log_record_reaches_the_terminal(variant):
+    status, _, stderr, _ = run_child(signal.SIGINT, script=NOISY_CHILD.replace('sys.argv[3]', f'"{variant}"'))
+    before, line, after = stderr.partition("SIGINT: stopping")
+    assert status == 128 + signal.SIGINT and line, stderr[-2000:]
+    assert "Crash detected!" in before  # the thread did log before the signal
+    # Negative control: without logging.disable the thread's records go on after the line.
+    assert ("Crash detected!" in after) == (variant == "no-silence"), after[-2000:]
