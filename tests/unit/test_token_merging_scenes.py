@@ -74,20 +74,62 @@ def test_negative_control_a_composer_labelling_a_distractor_fails(monkeypatch):
     assert quadrant_failures(glyphs, labels) != []
 
 
-def test_random_scenes_with_two_digits_label_the_larger_and_keep_the_halves_apart():
+RANDOM_TWO = SceneConfig(layout="random", digits_per_scene=2, noise_std=0.0)
+RANDOM_LABELS = torch.tensor([3, 7, 1, 9, 0])
+
+
+def random_two_digit_failures() -> list[str]:
+    """What is wrong with two-digit random scenes of solid glyphs (empty when every rule holds): one 8x8 square
+    of ink in each half of a 24-pixel canvas, background -1 elsewhere, label = the larger of the two digits."""
     glyphs = torch.full((5, 1, 8, 8), 1.0)  # solid ink: the pasted squares are exactly the +1 pixels
-    labels = torch.tensor([3, 7, 1, 9, 0])
-    scene = SceneConfig(layout="random", digits_per_scene=2, noise_std=0.0)
-    images, scene_labels = data.compose_scenes(glyphs, labels, scene, 24, torch.Generator().manual_seed(0))
+    images, scene_labels = data.compose_scenes(glyphs, RANDOM_LABELS, RANDOM_TWO, 24, torch.Generator().manual_seed(0))
+    failures = []
     ink = images[:, 0] == 1.0
-    assert torch.all(ink[:, :, :12].sum((1, 2)) == 64) and torch.all(ink[:, :, 12:].sum((1, 2)) == 64)
-    assert torch.all(images[~(images == 1.0)] == -1.0)
-    generator = torch.Generator().manual_seed(0)
-    partners = torch.randint(0, 5, (5,), generator=generator)  # the composer's first draw
-    assert torch.equal(scene_labels, torch.maximum(labels, labels[partners]))
-    single, single_labels = data.compose_scenes(glyphs, labels, scene.model_copy(update={"digits_per_scene": 1}),
+    if not (torch.all(ink[:, :, :12].sum((1, 2)) == 64) and torch.all(ink[:, :, 12:].sum((1, 2)) == 64)):
+        failures.append("not one 8x8 digit in each half")
+    if not torch.all(images[~(images == 1.0)] == -1.0):
+        failures.append("background is not -1")
+    partners = torch.randint(0, 5, (5,), generator=torch.Generator().manual_seed(0))  # the composer's first draw
+    expected = torch.maximum(RANDOM_LABELS, RANDOM_LABELS[partners])
+    if not torch.equal(expected, RANDOM_LABELS):  # the case must tell "larger" from "left" (else the check is void)
+        if not torch.equal(scene_labels, expected):
+            failures.append(f"labels {scene_labels.tolist()} are not the larger digit's {expected.tolist()}")
+    else:
+        failures.append("degenerate case: every left digit is already the larger")
+    return failures
+
+
+def test_random_scenes_with_two_digits_label_the_larger_and_keep_the_halves_apart():
+    assert random_two_digit_failures() == []
+    glyphs = torch.full((5, 1, 8, 8), 1.0)
+    single, single_labels = data.compose_scenes(glyphs, RANDOM_LABELS,
+                                                RANDOM_TWO.model_copy(update={"digits_per_scene": 1}),
                                                 24, torch.Generator().manual_seed(0))
-    assert torch.equal(single_labels, labels) and torch.all((single[:, 0] == 1.0).sum((1, 2)) == 64)
+    assert torch.equal(single_labels, RANDOM_LABELS) and torch.all((single[:, 0] == 1.0).sum((1, 2)) == 64)
+
+
+def composer_labelling_the_left_digit(original):
+    def compose(glyphs, labels, scene, canvas, generator):
+        images, _ = original(glyphs, labels, scene, canvas, generator)
+        return images, labels
+    return compose
+
+
+def composer_with_both_digits_in_the_left_half(original):
+    def compose(glyphs, labels, scene, canvas, generator):
+        images, scene_labels = original(glyphs, labels, scene, canvas, generator)
+        half = canvas // 2
+        moved = torch.full_like(images, -1.0)
+        moved[..., :half] = images[..., :half]
+        moved[..., :half] = torch.maximum(moved[..., :half], images[..., half:])  # the partner pasted on the left
+        return moved, scene_labels
+    return compose
+
+
+@pytest.mark.parametrize("broken", [composer_labelling_the_left_digit, composer_with_both_digits_in_the_left_half])
+def test_negative_control_broken_random_two_digit_composer_fails(monkeypatch, broken):
+    monkeypatch.setattr(data, "compose_scenes", broken(data.compose_scenes))
+    assert random_two_digit_failures() != []
 
 
 def test_scene_noise_has_the_configured_spread():
@@ -171,18 +213,55 @@ def rms_rows(ratio_last: dict[tuple[str, float], float]) -> list[dict]:
     return sweep.sweep_rows(points)
 
 
-def test_rms_shift_metrics_exact():
+def rms_shift_failures() -> list[str]:
+    """C1a / C1b metrics on hand-set last-block RMS ratios (empty when every value is exact): M2 at 0.98 (r = 0.75,
+    the mildest merged r), 0.88 and then 1.12 (r = 0.1, the smallest), M1 at 0.7 (r = 0.1), every other 1; the
+    shift is |1 - ratio|, so 0.12 / 0.02 / growth 0.10 / M1 0.3, and the same growth when M2 overshoots to 1.12."""
     merge = CONFIG.model_validate(params_section("token_merging")["smoke"]).merge.model_copy(
         update={"retentions": [1.0, 0.75, 0.25, 0.1]})
     ratios = {(m.name, r): 1.0 for m in baselines.ALL_METHODS for r in merge.retentions}
     ratios |= {("M2", 0.75): 0.98, ("M2", 0.1): 0.88, ("M1", 0.1): 0.7}
     metrics = claim_metrics.sweep_metrics(rms_rows(ratios), merge)
-    assert metrics["m2_rms_shift_smallest_r"] == pytest.approx(0.12)
-    assert metrics["m2_rms_shift_mild"] == pytest.approx(0.02)
-    assert metrics["m2_rms_shift_growth"] == pytest.approx(0.10)
-    assert metrics["m1_rms_shift_smallest_r"] == pytest.approx(0.3)
+    expected = {"m2_rms_shift_smallest_r": 0.12, "m2_rms_shift_mild": 0.02, "m2_rms_shift_growth": 0.10,
+                "m1_rms_shift_smallest_r": 0.3}
+    failures = [f"{name} = {metrics[name]} (expected {value})" for name, value in expected.items()
+                if metrics[name] != pytest.approx(value)]
     ratios[("M2", 0.1)] = 1.12  # the shift is a distance from 1, either way
-    assert claim_metrics.sweep_metrics(rms_rows(ratios), merge)["m2_rms_shift_growth"] == pytest.approx(0.10)
+    overshoot = claim_metrics.sweep_metrics(rms_rows(ratios), merge)["m2_rms_shift_growth"]
+    if overshoot != pytest.approx(0.10):
+        failures.append(f"growth with the ratio above 1 = {overshoot} (expected 0.10)")
+    return failures
+
+
+def test_rms_shift_metrics_exact():
+    assert rms_shift_failures() == []
+
+
+def sweep_metrics_mildest_is_r1(original):
+    """The mildest r taken as retentions[0] (r = 1, where nothing is merged) instead of retentions[1]."""
+    def broken(rows, merge):
+        metrics = original(rows, merge)
+        at_r1 = next(row for row in rows if row["method"] == "M2" and row["retention"] == merge.retentions[0])
+        mild = abs(1.0 - at_r1["rms_ratio_last"])
+        return metrics | {"m2_rms_shift_mild": mild, "m2_rms_shift_growth": metrics["m2_rms_shift_smallest_r"] - mild}
+    return broken
+
+
+def sweep_metrics_signed_shift(original):
+    """The shift as 1 - ratio (signed) instead of |1 - ratio|."""
+    def broken(rows, merge):
+        metrics = original(rows, merge)
+        ratio = {row["retention"]: row["rms_ratio_last"] for row in rows if row["method"] == "M2"}
+        smallest, mild = 1.0 - ratio[merge.retentions[-1]], 1.0 - ratio[merge.retentions[1]]
+        return metrics | {"m2_rms_shift_smallest_r": smallest, "m2_rms_shift_mild": mild,
+                          "m2_rms_shift_growth": smallest - mild}
+    return broken
+
+
+@pytest.mark.parametrize("broken", [sweep_metrics_mildest_is_r1, sweep_metrics_signed_shift])
+def test_negative_control_broken_rms_shift_metrics_fail(monkeypatch, broken):
+    monkeypatch.setattr(claim_metrics, "sweep_metrics", broken(claim_metrics.sweep_metrics))
+    assert rms_shift_failures() != []
 
 
 # ----------------------------------------------------------------------------------------------------
