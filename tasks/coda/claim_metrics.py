@@ -34,11 +34,15 @@ def learned(row: dict, study: StudyConfig) -> bool:
 
 
 def has_converged(val_losses: list[float], train: TrainConfig) -> bool:
-    """Converged by the early-stopping rule (README, "Training"): the last ``train.patience`` epochs did not
-    lower the validation loss below (1 - ``train.min_rel_improvement``) x the last improving epoch's, so the
-    model ended within that tolerance of its own best validation loss. A model stopped by ``max_epochs`` while
-    still improving has not converged."""
-    return method.epochs_since_improvement(val_losses, train.min_rel_improvement) >= train.patience
+    """Converged (README, "Training"), three conditions on the validation curve: (1) the early-stopping rule holds
+    at its end (``method.should_stop``: at least ``train.min_epochs`` epochs, and the last ``train.patience`` did
+    not lower the validation loss below (1 - ``train.min_rel_improvement``) x the last improving epoch's), so the
+    model ended within that tolerance of its own best; (2) that best is at least ``train.min_initial_drop`` below
+    the first epoch's loss (``method.left_initial_plateau``), so a model stalled on its initial plateau, or one
+    whose best was epoch 1 before it diverged, has NOT converged. A model stopped by ``max_epochs`` while still
+    improving has not converged either."""
+    return (method.should_stop(val_losses, train.min_epochs, train.patience, train.min_rel_improvement)
+            and method.left_initial_plateau(val_losses, train.min_initial_drop))
 
 
 def parity_metrics(pairs: list[tuple[dict, dict]], study: StudyConfig, fraction: str, trials: str, count: str,

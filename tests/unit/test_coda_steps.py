@@ -287,8 +287,9 @@ def _row(task, model_name, layers, score, kind="forecast", ms=1.0, chance=10.0, 
 
 def planted(rows: list[dict], costs: list[dict] | None = None) -> SeedResult:
     """A result with the ``models`` (and ``costs``) tables and validation curves whose convergence under the
-    smoke profile's rule (patience 2, 1%) is each row's ``converged``."""
-    curves = {f"val_loss_{r['task']}_{r['model']}_L{r['layers']}": [1.0, 1.0, 1.0] if r.pop("converged")
+    smoke profile's rule (patience 2, 1%, no warm-up or initial drop) is each row's ``converged``: a curve that
+    fell and then stayed flat for the patience, or one still falling at the cap."""
+    curves = {f"val_loss_{r['task']}_{r['model']}_L{r['layers']}": [1.0, 0.5, 0.5, 0.5] if r.pop("converged")
               else [3.0, 2.0, 1.0] for r in rows}
     return SeedResult(0).add(curves=curves, tables={"models": rows, "costs": costs or []})
 

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from tasks.coda import claim_metrics as cm
-from tasks.coda import method, model, train
+from tasks.coda import data, method, model, select_lr, train
 from tasks.coda.config import CONFIG, TrainConfig
 from tasks.common.params import params_section
 
@@ -81,7 +81,7 @@ def tiny_split(n: int = 6) -> model.Split:
     return model.Split(inputs, torch.full((n, 3), 0.1), torch.randn(n, 3, 1, generator=generator), torch.ones(n, 3))
 
 
-def run_scripted_training(monkeypatch, scripted: list[float], patience: int
+def run_scripted_training(monkeypatch, scripted: list[float], patience: int, min_epochs: int = 1
                           ) -> tuple[list[float], list[torch.Tensor], torch.Tensor]:
     """Train a tiny GRU model while the validation loss follows ``scripted``; returns the validation curve,
     the weight snapshot seen at each validation and the weight kept at the end."""
@@ -95,8 +95,9 @@ def run_scripted_training(monkeypatch, scripted: list[float], patience: int
     monkeypatch.setattr(train, "validation_loss", scripted_loss)
     torch.manual_seed(0)
     net = method.SequenceModel([_PassThrough()], torch.nn.Linear(2, 1), "forecast")
-    rule = TrainConfig(max_epochs=len(scripted), patience=patience, min_rel_improvement=0.02, batch_size=2, lr=0.1)
-    _, val_curve, _ = train.train_model(net, tiny_split(), tiny_split(), rule, rule.max_epochs, seed=0)
+    rule = TrainConfig(max_epochs=len(scripted), patience=patience, min_rel_improvement=0.02, min_epochs=min_epochs,
+                       batch_size=2, lr=0.1)
+    _, val_curve, _ = train.train_model(net, tiny_split(), tiny_split(), rule, rule.max_epochs, seed=0, lr=rule.lr)
     return val_curve, snapshots, net.head.weight.detach().clone()
 
 
@@ -116,6 +117,161 @@ def test_training_check_fails_when_the_counter_never_fires(monkeypatch):
     monkeypatch.setattr(method, "epochs_since_improvement", lambda losses, tolerance: 0)
     val_curve, _, _ = run_scripted_training(monkeypatch, [1.0, 0.5, 0.6, 0.7, 0.1, 0.1], patience=2)
     assert val_curve != [1.0, 0.5, 0.6, 0.7]
+
+
+# ----------------------------------------------------------------------------------------------------
+# A rule a stalled model cannot pass (review of 2026-12-02, finding 2): warm-up, initial drop
+# ----------------------------------------------------------------------------------------------------
+
+# the shape of the stalled oscillator runs of the 2026-12-02 test bed: validation loss flat near ln 3 for longer
+# than the patience, then (if training goes on) dropping
+FLAT_THEN_DROPPING = [1.10, 1.09, 1.10, 1.10, 0.80, 0.50, 0.50, 0.50, 0.50]
+STALL_RULE = dict(max_epochs=40, patience=3, min_rel_improvement=0.02, batch_size=1, lr=0.1)
+
+
+def check_stall_is_not_converged() -> None:
+    new_rule = TrainConfig(**STALL_RULE, min_epochs=6, min_initial_drop=0.2)
+    stalled = FLAT_THEN_DROPPING[:4]  # where the old rule stopped: 3 epochs without a 2% gain over 1.10
+    assert not method.should_stop(stalled, 6, 3, 0.02)  # 4 epochs < the warm-up of 6
+    assert method.should_stop(stalled, 1, 3, 0.02)
+    assert not method.left_initial_plateau(stalled, 0.2)  # best 1.09 > 0.8 x 1.10 = 0.88
+    assert not cm.has_converged(stalled, new_rule)
+    # a stall that outlasts the warm-up still fails: flat for 8 epochs, stopped by the counter
+    assert not cm.has_converged([1.10, 1.09, 1.10, 1.10, 1.09, 1.10, 1.10, 1.10], new_rule)
+    # diverged after epoch 1 (occupancy, seed 3 of 2026-12-02): best at epoch 1
+    assert not cm.has_converged([0.15, 0.4, 0.8, 1.0, 1.06, 1.06, 1.06], new_rule)
+    # the whole curve: left the plateau (0.50 <= 0.88), 9 epochs >= 6, 3 epochs within 2% of 0.50
+    assert method.left_initial_plateau(FLAT_THEN_DROPPING, 0.2)
+    assert method.should_stop(FLAT_THEN_DROPPING, 6, 3, 0.02)
+    assert cm.has_converged(FLAT_THEN_DROPPING, new_rule)
+    assert not cm.has_converged(FLAT_THEN_DROPPING[:8], new_rule)  # 2 epochs at 0.50 < patience 3
+    # the boundary of the drop: exactly 0.8 x the first epoch's passes, just above fails
+    assert method.left_initial_plateau([1.0, 0.8], 0.2) and not method.left_initial_plateau([1.0, 0.8001], 0.2)
+    assert not method.left_initial_plateau([], 0.2)
+
+
+def test_a_stalled_model_is_not_converged_and_a_dropping_one_is():
+    check_stall_is_not_converged()
+
+
+def test_the_old_rule_passes_the_stalled_model():
+    """Negative control, by the rule itself: with no warm-up and no initial drop (the 2026-12-02 rule) the curve
+    that stopped on its plateau counts as converged."""
+    assert cm.has_converged(FLAT_THEN_DROPPING[:4], TrainConfig(**STALL_RULE))
+
+
+def test_stall_check_fails_when_the_library_drops_the_warm_up_and_the_initial_drop(monkeypatch):
+    """Negative control: the library's rule broken back to the old one (no warm-up, no initial drop)."""
+    monkeypatch.setattr(method, "should_stop", lambda losses, min_epochs, patience, tol:
+                        method.epochs_since_improvement(losses, tol) >= patience)
+    monkeypatch.setattr(method, "left_initial_plateau", lambda losses, drop: bool(losses))
+    with pytest.raises(AssertionError):
+        check_stall_is_not_converged()
+
+
+def test_stall_check_fails_when_the_initial_drop_is_measured_from_the_last_epoch(monkeypatch):
+    """Negative control: a drop measured against the LAST epoch (min(L) <= 0.8 x L_T) passes the run that was
+    best at epoch 1 and then diverged."""
+    monkeypatch.setattr(method, "left_initial_plateau", lambda losses, drop: bool(losses) and
+                        min(losses) <= (1 - drop) * losses[-1])
+    with pytest.raises(AssertionError):
+        check_stall_is_not_converged()
+
+
+def test_training_with_a_warm_up_goes_past_the_plateau(monkeypatch):
+    val_curve, snapshots, kept = run_scripted_training(monkeypatch, FLAT_THEN_DROPPING + [0.1], patience=3,
+                                                       min_epochs=6)
+    assert val_curve == FLAT_THEN_DROPPING  # not stopped at epoch 4; stopped at 9, 3 epochs after 0.50
+    assert torch.equal(kept, snapshots[5])  # the first epoch of 0.50 (later equal losses do not replace it)
+
+
+def test_training_warm_up_check_fails_without_the_warm_up(monkeypatch):
+    """Negative control: the library's stop ignoring min_epochs stops on the plateau, at epoch 4."""
+    monkeypatch.setattr(method, "should_stop", lambda losses, min_epochs, patience, tol:
+                        method.epochs_since_improvement(losses, tol) >= patience)
+    val_curve, _, _ = run_scripted_training(monkeypatch, FLAT_THEN_DROPPING + [0.1], patience=3, min_epochs=6)
+    assert val_curve == FLAT_THEN_DROPPING[:4]
+
+
+def test_min_epochs_must_be_below_max_epochs():
+    with pytest.raises(ValueError, match="min_epochs"):
+        TrainConfig(max_epochs=5, patience=2, min_epochs=5, batch_size=1, lr=0.1)
+
+
+def test_lr_by_model_is_per_kind_and_checked():
+    rule = TrainConfig(max_epochs=5, patience=2, batch_size=1, lr=0.1, lr_by_model={"ltc": 0.05})
+    assert (rule.lr_for("ltc"), rule.lr_for("coda")) == (0.05, 0.1)
+    with pytest.raises(ValueError, match="lr_by_model.*unknown"):
+        TrainConfig(max_epochs=5, patience=2, batch_size=1, lr=0.1, lr_by_model={"lstm": 0.05})
+    with pytest.raises(ValueError, match="lr_by_model"):
+        TrainConfig(max_epochs=5, patience=2, batch_size=1, lr=0.1, lr_by_model={"ltc": 0.0})
+
+
+def test_the_trained_model_uses_its_kinds_lr(monkeypatch):
+    """train.fit hands train_model the kind's lr_by_model entry."""
+    seen = {}
+
+    def record(net, fit_split, val, cfg, max_epochs, seed, lr):
+        seen["lr"] = lr
+        return [1.0], [1.0], [0.0]
+
+    monkeypatch.setattr(train, "train_model", record)
+    cfg = CONFIG.model_validate(params_section("coda")["smoke"])
+    cfg = cfg.model_copy(update={"train": cfg.train.model_copy(update={"lr_by_model": {"ltc": 0.037}})})
+    task = data.make_task(cfg.data, "lotka_volterra", 0)
+    splits = (model.task_splits(task, "cpu")[0], model.split_part(task, "val", "cpu"))
+    train.fit("ltc", 1, task, *splits, cfg, 0)
+    assert seen["lr"] == 0.037
+    train.fit("gru", 1, task, *splits, cfg, 0)
+    assert seen["lr"] == cfg.train.lr
+
+
+# ----------------------------------------------------------------------------------------------------
+# Learning-rate selection on the validation split (README, "Learning rates")
+# ----------------------------------------------------------------------------------------------------
+
+# task a on a large loss scale, task b on a small one: lr 0.01 is best on a, 0.02 ten times better on b
+SELECTION_ROWS = [{"task": "a", "model": "ltc", "lr": 0.01, "best_val_loss": 1.0},
+                  {"task": "a", "model": "ltc", "lr": 0.02, "best_val_loss": 1.5},
+                  {"task": "b", "model": "ltc", "lr": 0.01, "best_val_loss": 0.01},
+                  {"task": "b", "model": "ltc", "lr": 0.02, "best_val_loss": 0.001},
+                  {"task": "a", "model": "coda", "lr": 0.01, "best_val_loss": 2.0},
+                  {"task": "a", "model": "coda", "lr": 0.02, "best_val_loss": 1.0},
+                  {"task": "b", "model": "coda", "lr": 0.01, "best_val_loss": 0.5},
+                  {"task": "b", "model": "coda", "lr": 0.02, "best_val_loss": 1.0}]
+
+
+def check_choose_lr() -> None:
+    chosen = select_lr.choose_lr(SELECTION_ROWS)
+    # ltc: 0.01 -> sqrt(1 x 10) = 3.1623; 0.02 -> sqrt(1.5 x 1) = 1.2247 (a raw mean would pick 0.01)
+    assert chosen["ltc"]["lr"] == 0.02
+    assert chosen["ltc"]["score_by_lr"][0.01] == pytest.approx(10 ** 0.5)
+    assert chosen["ltc"]["score_by_lr"][0.02] == pytest.approx(1.5 ** 0.5)
+    # coda: both sqrt(2 x 1) = sqrt(2): a tie goes to the smaller lr
+    assert chosen["coda"]["score_by_lr"][0.01] == pytest.approx(2 ** 0.5) == chosen["coda"]["score_by_lr"][0.02]
+    assert chosen["coda"]["lr"] == 0.01
+    with pytest.raises(ValueError, match="not every task"):
+        select_lr.choose_lr(SELECTION_ROWS[:3])
+
+
+def test_choose_lr_exact():
+    check_choose_lr()
+
+
+def test_choose_lr_check_fails_on_the_raw_mean_of_losses(monkeypatch):
+    """Negative control: a selection on the raw mean loss (scale-dependent) picks 0.01 for the LTC."""
+
+    def raw_mean(rows):
+        out = {}
+        for kind in {r["model"] for r in rows}:
+            mine = [r for r in rows if r["model"] == kind]
+            scores = {lr: sum(r["best_val_loss"] for r in mine if r["lr"] == lr) for lr in {r["lr"] for r in mine}}
+            out[kind] = {"lr": min(scores, key=lambda lr: (scores[lr], lr)), "score_by_lr": scores}
+        return out
+
+    monkeypatch.setattr(select_lr, "choose_lr", raw_mean)
+    with pytest.raises(AssertionError):
+        check_choose_lr()
 
 
 # ----------------------------------------------------------------------------------------------------
