@@ -21,7 +21,7 @@ import math
 import time
 from pathlib import Path
 
-from tasks.coda import claim_metrics, data, train
+from tasks.coda import claim_metrics, data, evaluate, train
 from tasks.coda.config import CONFIG, CodaConfig
 from tasks.coda.model import ABLATION, CODA, REFERENCE, split_part, task_splits
 from tasks.common.params import params_section
@@ -37,7 +37,8 @@ def with_lr(cfg: CodaConfig, kind: str, lr: float) -> CodaConfig:
 
 def selection_rows(cfg: CodaConfig, seed: int, lr: float, kinds: list[str]) -> list[dict]:
     """Train each kind on each task of ``seed`` at ``lr``; one row per (task, kind): best validation loss,
-    epochs run and whether it converged (``claim_metrics.has_converged``)."""
+    epochs run and whether it converged (``claim_metrics.has_converged``, against the untrained model's validation
+    loss; the committed reports/coda/lr_selection.json was made with the first-epoch reference, see README)."""
     rows = []
     for name in cfg.data.tasks:
         task = data.make_task(cfg.data, name, seed)
@@ -46,9 +47,10 @@ def selection_rows(cfg: CodaConfig, seed: int, lr: float, kinds: list[str]) -> l
             run_cfg = with_lr(cfg, kind, lr)
             start = time.process_time()
             _, curves, row = train.fit(kind, 1, task, fit_split, val_split, run_cfg, seed)
+            untrained = evaluate.untrained_validation_loss(kind, 1, task, run_cfg, seed, "cpu")
             rows.append({"task": name, "model": kind, "lr": lr, "best_val_loss": row["best_val_loss"],
-                         "epochs": row["epochs"], "converged": claim_metrics.has_converged(curves["val_loss"],
-                                                                                            run_cfg.train),
+                         "epochs": row["epochs"],
+                         "converged": claim_metrics.has_converged(curves["val_loss"], untrained, run_cfg.train),
                          "cpu_seconds": time.process_time() - start})
     return rows
 
