@@ -33,26 +33,52 @@ def learned(row: dict, study: StudyConfig) -> bool:
     return not at_parity(row["kind"], row["chance_score"], row["score"], study)
 
 
-def has_converged(val_losses: list[float], train: TrainConfig) -> bool:
-    """Converged by the early-stopping rule (README, "Training"): the last ``train.patience`` epochs did not
-    lower the validation loss below (1 - ``train.min_rel_improvement``) x the last improving epoch's, so the
-    model ended within that tolerance of its own best validation loss. A model stopped by ``max_epochs`` while
-    still improving has not converged."""
-    return method.epochs_since_improvement(val_losses, train.min_rel_improvement) >= train.patience
+def left_untrained_plateau(val_losses: list[float], untrained_val_loss: float, min_initial_drop: float) -> bool:
+    """The best validation loss is at least ``min_initial_drop`` below the UNTRAINED model's: min(L) <= (1 - drop)
+    x L_0, L_0 the same model's validation loss before any training step (``evaluate.untrained_validation_loss``;
+    False for no epochs). A model stalled on its initial plateau (L_0 near ln 3 on a 3-class task) fails it; one
+    that learned in epoch 1 and then overfit passes it. Post hoc (review of the 2026-12-02 second round,
+    finding 1): the 07:04 run measured the drop from the first epoch's loss (``method.left_initial_plateau``),
+    which excluded a pair that had learned and then overfit."""
+    return bool(val_losses) and min(val_losses) <= (1.0 - min_initial_drop) * untrained_val_loss
+
+
+def convergence_parts(val_losses: list[float], untrained_val_loss: float, train: TrainConfig) -> tuple[bool, bool]:
+    """The two parts of ``has_converged``: (stopped by the early-stopping rule after the warm-up, left the
+    untrained model's plateau)."""
+    return (method.should_stop(val_losses, train.min_epochs, train.patience, train.min_rel_improvement),
+            left_untrained_plateau(val_losses, untrained_val_loss, train.min_initial_drop))
+
+
+def has_converged(val_losses: list[float], untrained_val_loss: float, train: TrainConfig) -> bool:
+    """Converged (README, "Training"), two conditions: (1) the early-stopping rule holds at the curve's end
+    (``method.should_stop``: at least ``train.min_epochs`` epochs, and the last ``train.patience`` did not lower
+    the validation loss below (1 - ``train.min_rel_improvement``) x the last improving epoch's), so the model
+    ended within that tolerance of its own best, and a model stopped by ``max_epochs`` while still improving has
+    not converged; (2) that best is at least ``train.min_initial_drop`` below the untrained model's validation
+    loss (``left_untrained_plateau``), so a model stalled on its initial plateau has NOT converged."""
+    return all(convergence_parts(val_losses, untrained_val_loss, train))
 
 
 def parity_metrics(pairs: list[tuple[dict, dict]], study: StudyConfig, fraction: str, trials: str, count: str,
                    learned_name: str, converged_name: str) -> dict[str, float]:
     """Per-seed metrics of one parity claim over (candidate, reference) pairs, one per task: the fraction at
     parity and its count, and the preconditions' counts (reference learned above chance; candidate and reference
-    both converged), each with its fraction. Counts are integers (as floats): the claims pool them over seeds
-    (binomial interval); ``trials`` is the number of pairs."""
+    both converged, and the two parts of that: both stopped by early stopping, ``<pair>_stopped``, and both left
+    the untrained plateau, ``<pair>_left_plateau``, where ``converged_name`` is ``<pair>_converged``), each with
+    its fraction. Counts are integers (as floats): the claims pool them over seeds (binomial interval); ``trials``
+    is the number of pairs."""
     n = float(len(pairs))
     at = float(sum(at_parity(ref["kind"], cand["score"], ref["score"], study) for cand, ref in pairs))
     know = float(sum(learned(ref, study) for _, ref in pairs))
-    done = float(sum(bool(cand["converged"]) and bool(ref["converged"]) for cand, ref in pairs))
-    return {fraction: at / n, count: at, trials: n, f"{learned_name}_count": know, f"{learned_name}_fraction": know / n,
-            f"{converged_name}_count": done, f"{converged_name}_fraction": done / n}
+    metrics = {fraction: at / n, count: at, trials: n, f"{learned_name}_count": know,
+               f"{learned_name}_fraction": know / n}
+    pair = converged_name.removesuffix("_converged")
+    for name, key in ((converged_name, "converged"), (f"{pair}_stopped", "stopped"),
+                      (f"{pair}_left_plateau", "left_plateau")):
+        both = float(sum(bool(cand[key]) and bool(ref[key]) for cand, ref in pairs))
+        metrics |= {f"{name}_count": both, f"{name}_fraction": both / n}
+    return metrics
 
 
 def five_of_six_quantile(values: list[float]) -> float:
@@ -72,12 +98,15 @@ def best_baseline(rows: list[dict], task: str, baseline_models: list[str]) -> di
 
 
 def with_convergence(result: SeedResult, train: TrainConfig) -> list[dict]:
-    """The evaluation's ``models`` rows, each with ``converged`` (``has_converged`` on its validation curve; for a
-    conversion, the fine-tuning's) and that curve as ``val_curve``."""
+    """The evaluation's ``models`` rows, each with ``stopped`` and ``left_plateau`` (``convergence_parts`` on its
+    validation curve, for a conversion the fine-tuning's, against its ``untrained_val_loss``), ``converged``
+    (both) and that curve as ``val_curve``."""
     rows = []
     for row in result.tables["models"]:
         curve = result.curves[f"val_loss_{row['task']}_{row['model']}_L{row['layers']}"]
-        rows.append(row | {"converged": has_converged(curve, train), "val_curve": list(curve)})
+        stopped, left_plateau = convergence_parts(curve, row["untrained_val_loss"], train)
+        rows.append(row | {"stopped": stopped, "left_plateau": left_plateau, "converged": stopped and left_plateau,
+                           "val_curve": list(curve)})
     return rows
 
 

@@ -10,6 +10,7 @@ TITLE = "coda: Continuous-depth acceleration (GRU + one linear ODE + dense), rec
 
 TASKS = ("lotka_volterra", "lorenz", "van_der_pol", "glucose_insulin", "oscillator_regimes", "occupancy")
 BASELINES = ("cfc", "odernn", "gru")
+MODEL_KINDS = ("ltc", "coda", "gru_dense", *BASELINES)  # every model kind trained from scratch (model.build_layer)
 
 
 def _known_tasks(values: list[str]) -> list[str]:
@@ -70,25 +71,52 @@ class ModelConfig(ProfileConfig):
 
 
 class TrainConfig(ProfileConfig):
-    """Adam with early stopping on the validation split (README, "Training"): training stops once ``patience``
-    epochs in a row have not lowered the validation loss below ``(1 - min_rel_improvement)`` x the best so far,
-    or at ``max_epochs``; the model of the best validation loss is kept. A model that stopped by the rule has
-    converged (its validation loss stayed within ``min_rel_improvement`` of its own best for ``patience`` epochs);
-    one stopped by ``max_epochs`` has not."""
+    """Adam with early stopping on the validation split (README, "Training"): from epoch ``min_epochs`` on,
+    training stops once ``patience`` epochs in a row have not lowered the validation loss below
+    ``(1 - min_rel_improvement)`` x the last improving epoch's, or at ``max_epochs``; the model of the best
+    validation loss is kept. A model has converged when it stopped by the rule (its validation loss stayed within
+    ``min_rel_improvement`` of its own best for ``patience`` epochs), ran at least ``min_epochs`` epochs and its
+    best validation loss is at least ``min_initial_drop`` below its first epoch's (it left the initial plateau);
+    one stopped by ``max_epochs`` while still improving has not."""
 
     max_epochs: int = Field(ge=1)
     patience: int = Field(ge=1)
     min_rel_improvement: float = Field(default=0.01, ge=0, lt=1)
+    min_epochs: int = Field(default=1, ge=1, description="warm-up: early stopping cannot fire before this epoch, so "
+                                                         "a model is not stopped on its initial plateau")
+    min_initial_drop: float = Field(default=0.0, ge=0, lt=1, description="converged also needs the best validation "
+                                    "loss <= (1 - this) x the first epoch's: a model that never left its initial "
+                                    "plateau has not converged")
     batch_size: int = Field(ge=1)
-    lr: float = Field(gt=0, le=1.0)
+    lr: float = Field(gt=0, le=1.0, description="Adam's learning rate of every model kind not in lr_by_model")
+    lr_by_model: dict[str, float] = Field(default={}, description="per model kind (ltc, coda, gru_dense, cfc, "
+                                          "odernn, gru), chosen on a validation split (README, 'Learning rates')")
     grad_clip: float = Field(default=1.0, gt=0)
+
+    @field_validator("lr_by_model")
+    @classmethod
+    def _known_kinds(cls, values: dict[str, float]) -> dict[str, float]:
+        unknown = [k for k in values if k not in MODEL_KINDS]
+        if unknown:
+            raise ValueError(f"lr_by_model: unknown model kind(s) {unknown} (known: {', '.join(MODEL_KINDS)})")
+        bad = {k: v for k, v in values.items() if not 0 < v <= 1.0}
+        if bad:
+            raise ValueError(f"lr_by_model: learning rates must be in (0, 1], got {bad}")
+        return values
 
     @model_validator(mode="after")
     def _patience_fits(self) -> TrainConfig:
         if self.patience >= self.max_epochs:
             raise ValueError(f"patience ({self.patience}) must be < max_epochs ({self.max_epochs}): "
                              "otherwise no model can stop by the rule, so none can be shown converged")
+        if self.min_epochs >= self.max_epochs:
+            raise ValueError(f"min_epochs ({self.min_epochs}) must be < max_epochs ({self.max_epochs}): "
+                             "otherwise early stopping can never fire")
         return self
+
+    def lr_for(self, kind: str) -> float:
+        """Adam's learning rate of one model kind: its ``lr_by_model`` entry, else ``lr``."""
+        return self.lr_by_model.get(kind, self.lr)
 
 
 class StudyConfig(ProfileConfig):

@@ -36,9 +36,11 @@ from tasks.coda.model import (
     model_plan,
     read_tasks,
     score,
+    split_part,
     task_loss,
     task_splits,
 )
+from tasks.coda.train import validation_loss
 from tasks.common.results import Progress, SeedResult, no_progress
 
 NFE_BATCH = 4  # sequences in the instrumented forward that counts nonlinear evaluations
@@ -138,6 +140,24 @@ def measure_converted(task: TaskArrays, layers: int, splits: tuple[Split, Split]
             "score_after_distillation": score(distilled, test), "chance_score": chance_score(task.kind, train, test)}
 
 
+def untrained_model(name: str, layers: int, task: TaskArrays, cfg: CodaConfig, seed: int) -> method.SequenceModel:
+    """The model ``name`` of ``task`` as training started it, re-initialised through the training step's own
+    code: ``model.build_model`` with the seed ``train.fit`` gives it, or for an LTC -> CoDA conversion the CoDA
+    student that ``train.convert_ltc`` builds (seed + 1) before distillation."""
+    if name == CONVERTED:
+        return build_model(CODA, layers, task, cfg.model, seed + 1)
+    return build_model(name, layers, task, cfg.model, seed)
+
+
+def untrained_validation_loss(name: str, layers: int, task: TaskArrays, cfg: CodaConfig, seed: int,
+                              device: str) -> float:
+    """L_0: the validation loss of the untrained model (``untrained_model``) on the validation split, computed as
+    training computes each epoch's (``train.validation_loss``). The reference of the convergence rule's initial
+    drop (``claim_metrics.left_untrained_plateau``; review of the 2026-12-02 second round, finding 1)."""
+    model = untrained_model(name, layers, task, cfg, seed).to(device).eval()
+    return validation_loss(model, split_part(task, "val", device))
+
+
 def find(rows: list[dict], task: str, model: str, layers: int = 1) -> dict:
     return next(r for r in rows if r["task"] == task and r["model"] == model and r["layers"] == layers)
 
@@ -209,17 +229,21 @@ def row_metrics(rows: list[dict]) -> dict[str, float]:
 
 
 def measure_all_models(cfg: CodaConfig, tasks: dict[str, TaskArrays], splits: dict[str, tuple[Split, Split]],
-                       model_dir: Path, device: str, progress: Progress
+                       model_dir: Path, device: str, progress: Progress, seed: int
                        ) -> tuple[list[dict], dict[tuple[str, str, int], method.SequenceModel]]:
-    """The ``models`` rows in training order (each conversion after its teacher) and the loaded models."""
+    """The ``models`` rows in training order (each conversion after its teacher), each with its untrained
+    validation loss (``untrained_val_loss``), and the loaded models."""
     rows, models = [], {}
     plan = model_plan(cfg)
     for i, (name, kind, layers) in enumerate(plan):
         model = load_model(kind, layers, tasks[name], cfg.model, model_dir, kind, device)
-        rows.append(measure_model(model, kind, layers, tasks[name], splits[name], cfg))
+        rows.append(measure_model(model, kind, layers, tasks[name], splits[name], cfg)
+                    | {"untrained_val_loss": untrained_validation_loss(kind, layers, tasks[name], cfg, seed, device)})
         models[(name, kind, layers)] = model
         if is_converted(cfg, name, kind):
-            rows.append(measure_converted(tasks[name], layers, splits[name], cfg, model_dir, device))
+            rows.append(measure_converted(tasks[name], layers, splits[name], cfg, model_dir, device)
+                        | {"untrained_val_loss": untrained_validation_loss(CONVERTED, layers, tasks[name], cfg,
+                                                                           seed, device)})
         progress((i + 1) / len(plan), f"{name}: {kind} x{layers} score {rows[-1]['score']:.4g}")
     return rows, models
 
@@ -230,7 +254,7 @@ def evaluate(cfg: CodaConfig, seed: int, data_dir: Path, model_dir: Path, device
     splits = {name: task_splits(task, device) for name, task in tasks.items()}
     result = SeedResult(seed)
     with result.stage("evaluate"):
-        rows, models = measure_all_models(cfg, tasks, splits, Path(model_dir), device, progress)
+        rows, models = measure_all_models(cfg, tasks, splits, Path(model_dir), device, progress, seed)
         time_side_by_side({key: m for key, m in models.items() if key[1] in TIMED}, rows, splits, cfg)
         costs = [row for name in cfg.study.cost_tasks for row in depth_costs(tasks[name], splits[name], cfg, seed)]
     coda_models = [m for (_, kind, _), m in models.items() if kind == CODA]

@@ -277,6 +277,20 @@ def epochs_since_improvement(val_losses: list[float], min_rel_improvement: float
     return since
 
 
+def should_stop(val_losses: list[float], min_epochs: int, patience: int, min_rel_improvement: float) -> bool:
+    """Early stopping with a warm-up (README, "Training"): stop once at least ``min_epochs`` epochs ran AND
+    ``epochs_since_improvement`` reached ``patience``. The warm-up keeps a model that sits on its initial
+    plateau (e.g. near ln 3 on a 3-class task) from being stopped before it starts to learn."""
+    return len(val_losses) >= min_epochs and epochs_since_improvement(val_losses, min_rel_improvement) >= patience
+
+
+def left_initial_plateau(val_losses: list[float], min_initial_drop: float) -> bool:
+    """The best validation loss is at least ``min_initial_drop`` below the first epoch's: min(L) <= (1 - drop) x
+    L_1 (False for no epochs). A model whose best epoch is on its starting plateau, or one that diverged after
+    epoch 1, fails it."""
+    return bool(val_losses) and min(val_losses) <= (1.0 - min_initial_drop) * val_losses[0]
+
+
 class SequenceModel(nn.Module):
     """A stack of sequence layers and a linear head (per-step outputs; classification reads the last step)."""
 

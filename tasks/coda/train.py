@@ -47,14 +47,14 @@ def validation_loss(model: method.SequenceModel, val: Split) -> float:
         return float(task_loss(model.kind, model(val.inputs, val.dt), val))
 
 
-def train_model(model: method.SequenceModel, train: Split, val: Split, cfg: TrainConfig, max_epochs: int, seed: int
-                ) -> tuple[list[float], list[float], list[float]]:
-    """Adam with gradient clipping and early stopping on ``val`` (README, "Training"): stops once
-    ``method.epochs_since_improvement`` reaches ``cfg.patience`` or at ``max_epochs``, and restores the weights of
-    the lowest validation loss. Returns the per-epoch mean training loss, validation loss and wall-clock
-    seconds."""
+def train_model(model: method.SequenceModel, train: Split, val: Split, cfg: TrainConfig, max_epochs: int, seed: int,
+                lr: float) -> tuple[list[float], list[float], list[float]]:
+    """Adam (learning rate ``lr``) with gradient clipping and early stopping on ``val`` (README, "Training"): stops
+    once ``method.should_stop`` holds (at least ``cfg.min_epochs`` epochs and ``cfg.patience`` without
+    improvement) or at ``max_epochs``, and restores the weights of the lowest validation loss. Returns the
+    per-epoch mean training loss, validation loss and wall-clock seconds."""
     generator = torch.Generator().manual_seed(seed)
-    optimiser = torch.optim.Adam(model.parameters(), lr=cfg.lr)
+    optimiser = torch.optim.Adam(model.parameters(), lr=lr)
     losses, val_losses, seconds = [], [], []
     best_state, best_loss = copy.deepcopy(model.state_dict()), math.inf
     for _ in range(max_epochs):
@@ -76,7 +76,7 @@ def train_model(model: method.SequenceModel, train: Split, val: Split, cfg: Trai
         val_losses.append(validation_loss(model, val))
         if val_losses[-1] < best_loss:
             best_state, best_loss = copy.deepcopy(model.state_dict()), val_losses[-1]
-        if method.epochs_since_improvement(val_losses, cfg.min_rel_improvement) >= cfg.patience:
+        if method.should_stop(val_losses, cfg.min_epochs, cfg.patience, cfg.min_rel_improvement):
             break
     model.load_state_dict(best_state)
     model.eval()
@@ -88,7 +88,8 @@ def fit(kind: str, layers: int, task: TaskArrays, train: Split, val: Split, cfg:
     """One model trained from scratch: the model, its training and validation loss curves and its ``training``
     row (epochs run, best validation loss, median seconds per epoch)."""
     model = build_model(kind, layers, task, cfg.model, seed).to(train.inputs.device)
-    losses, val_losses, seconds = train_model(model, train, val, cfg.train, cfg.train.max_epochs, seed)
+    losses, val_losses, seconds = train_model(model, train, val, cfg.train, cfg.train.max_epochs, seed,
+                                              cfg.train.lr_for(kind))
     row = {"task": task.name, "model": kind, "layers": layers, "final_train_loss": losses[-1],
            "epochs": len(losses), "best_val_loss": min(val_losses), "seconds_per_epoch": statistics.median(seconds)}
     return model, {"loss": losses, "val_loss": val_losses}, row
@@ -103,9 +104,11 @@ def convert_ltc(teacher: method.SequenceModel, task: TaskArrays, train: Split, v
     student = build_model(CODA, layers, task, cfg.model, seed + 1).to(train.inputs.device)
     start = time.perf_counter()
     distill = method.distill_layerwise(teacher, student, train.inputs, train.dt, cfg.study.distill_epochs,
-                                       cfg.train.batch_size, cfg.train.lr, torch.Generator().manual_seed(seed))
+                                       cfg.train.batch_size, cfg.train.lr_for(CODA),
+                                       torch.Generator().manual_seed(seed))
     save_model(student, model_dir, task.name, DISTILLED, layers)
-    losses, val_losses, _ = train_model(student, train, val, cfg.train, cfg.study.finetune_max_epochs, seed)
+    losses, val_losses, _ = train_model(student, train, val, cfg.train, cfg.study.finetune_max_epochs, seed,
+                                        cfg.train.lr_for(CODA))
     seconds = time.perf_counter() - start
     save_model(student, model_dir, task.name, CONVERTED, layers)
     return {"loss": losses, "val_loss": val_losses}, {

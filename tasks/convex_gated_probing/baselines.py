@@ -27,7 +27,10 @@ def train_head(head: nn.Module, patch: torch.Tensor, cls: torch.Tensor | None, l
     """Minibatch AdamW on BCE with the official schedule (warm-up, cosine from lr to 1e-6).
 
     ``frozen`` names parameters that are not trained (e.g. ``gate_logits`` for the frozen-gate control).
+    ``generator`` draws the minibatches AND the head's dropout masks (``method.GeneratorDropout``), so the trained
+    head is a function of the seed alone, whatever other threads draw from torch's global generator.
     Returns the training loss per step."""
+    method.attach_dropout_generator(head, generator)
     params = [p for name, p in head.named_parameters() if name not in frozen]
     for name, p in head.named_parameters():
         p.requires_grad_(name not in frozen)

@@ -115,7 +115,11 @@ def evaluate(cfg: ConvexGatedProbingConfig, seed: int, data_dir: Path, model_dir
     probe = cfg.probe
     train_spec, train_y = load_split(cfg.data, data_dir, "train", seed)
     test_spec, test_y = load_split(cfg.data, data_dir, "test", seed)
-    encoder = load_state_dict(new_encoder(cfg), Path(model_dir) / ENCODER).eval()
+    # Module init draws from torch's global generator (the checkpoint then overwrites the weights): seeded and
+    # restored, so other seeds' threads never see the draw.
+    with torch_init_seed(seed):
+        encoder, finetuned = new_encoder(cfg), FineTuneModel(new_encoder(cfg), N_CLASSES)
+    encoder = load_state_dict(encoder, Path(model_dir) / ENCODER).eval()
     with result.stage("features"):
         train_patch, train_cls = encoder.layer_features(train_spec)
         test_patch, test_cls = encoder.layer_features(test_spec)
@@ -162,7 +166,7 @@ def evaluate(cfg: ConvexGatedProbingConfig, seed: int, data_dir: Path, model_dir
     progress(0.7, f"CGP {maps['cgp']:.1f} mAP")
 
     with result.stage("finetuned"):
-        model = load_state_dict(FineTuneModel(new_encoder(cfg), N_CLASSES), Path(model_dir) / FINETUNED).eval()
+        model = load_state_dict(finetuned, Path(model_dir) / FINETUNED).eval()
         with torch.no_grad():
             maps["finetune"] = method.macro_map(model(test_spec).numpy(), labels)
             ft_train_loss = float(F.binary_cross_entropy_with_logits(model(train_spec), train_y))

@@ -11,7 +11,9 @@ github.com/houtan-ghaffari/BAT_ICML2026, as described in the paper's Section 3 /
 3. K prototypes P, rows L2-normalised;
 4. similarities s_z = z_bar P_hat^T (N x K), s_o = o_bar P_hat^T (K), both in [-1, 1];
 5. features f = [min_n s_z || s_o || max_n s_z] (3K); without cls, [min || mean || max];
-6. Dropout and Linear(3K -> C).
+6. Dropout and Linear(3K -> C). The dropout (``GeneratorDropout``) draws its masks from an explicit
+   ``torch.Generator`` that the training loop attaches, never from torch's process-wide generator: a run's
+   seeds train on parallel threads of one process (tasks/common/seeding.py).
 
 "Convex" names the gate (a convex combination of layers); the head's training objective is NOT convex in
 (a, P, W). The linear probe below (binary cross-entropy + L2 on fixed features) is, and ``fit_linear_probe``
@@ -32,6 +34,45 @@ from torch.nn import functional as F
 
 # LayerNorm epsilon of the official LinearCGP head (models/heads.py).
 LCGP_NORM_EPS = 1e-6
+
+# ---------------------------------------------------------------------------------------------- dropout
+
+
+class GeneratorDropout(nn.Module):
+    """Inverted dropout with an explicit random source: in training mode y = x * m / (1 - p) with
+    m_i ~ Bernoulli(1 - p) i.i.d. (m_i = [u_i >= p], u_i ~ U[0, 1) drawn from ``self.generator``); in eval mode,
+    or with p = 0, y = x. nn.Dropout's equation, but its mask never comes from torch's process-wide generator.
+
+    ``generator`` is attached by the training loop (``attach_dropout_generator``); training with p > 0 and no
+    generator raises instead of falling back to the global one."""
+
+    def __init__(self, p: float):
+        super().__init__()
+        if not 0.0 <= p < 1.0:
+            raise ValueError(f"dropout probability p must be in [0, 1), got {p}")
+        self.p = p
+        self.generator: torch.Generator | None = None
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if not self.training or self.p == 0.0:
+            return x
+        if self.generator is None:
+            raise RuntimeError("GeneratorDropout in training mode has no generator: attach one with "
+                               "attach_dropout_generator(head, generator) before training")
+        uniform = torch.rand(x.shape, generator=self.generator, dtype=x.dtype, device=self.generator.device)
+        return x * (uniform.to(x.device) >= self.p).to(x.dtype) / (1.0 - self.p)
+
+    def extra_repr(self) -> str:
+        return f"p={self.p}"
+
+
+def attach_dropout_generator(module: nn.Module, generator: torch.Generator) -> int:
+    """Make every ``GeneratorDropout`` inside ``module`` draw its masks from ``generator``; returns how many."""
+    dropouts = [m for m in module.modules() if isinstance(m, GeneratorDropout)]
+    for dropout in dropouts:
+        dropout.generator = generator
+    return len(dropouts)
+
 
 # --------------------------------------------------------------------------------------------- CGP head
 
@@ -76,13 +117,14 @@ def cgp_features(patch: torch.Tensor, cls: torch.Tensor | None, gate_logits: tor
 
 
 class CGPHead(nn.Module):
-    """The CGP probe: gate logits a (init ones), K prototypes (init N(0, 0.02^2)), Dropout, Linear(3K -> C)."""
+    """The CGP probe: gate logits a (init ones), K prototypes (init N(0, 0.02^2)), Dropout (``GeneratorDropout``),
+    Linear(3K -> C)."""
 
     def __init__(self, n_layers: int, dim: int, n_prototypes: int, n_classes: int, dropout: float = 0.2):
         super().__init__()
         self.gate_logits = nn.Parameter(torch.ones(n_layers))
         self.prototypes = nn.Parameter(0.02 * torch.randn(n_prototypes, dim))
-        self.dropout = nn.Dropout(dropout)
+        self.dropout = GeneratorDropout(dropout)
         self.classifier = nn.Linear(3 * n_prototypes, n_classes)
 
     def alpha(self) -> torch.Tensor:
@@ -101,7 +143,7 @@ class LCGPHead(nn.Module):
         super().__init__()
         self.gate_logits = nn.Parameter(torch.ones(n_layers))
         self.norm = nn.LayerNorm(dim, eps=LCGP_NORM_EPS)
-        self.dropout = nn.Dropout(dropout)
+        self.dropout = GeneratorDropout(dropout)
         self.classifier = nn.Linear(dim, n_classes)
 
     def alpha(self) -> torch.Tensor:
@@ -142,7 +184,7 @@ class ProtoBinHead(nn.Module):
     def __init__(self, dim: int, n_prototypes: int, n_classes: int, dropout: float = 0.2):
         super().__init__()
         self.prototypes = nn.Parameter(0.02 * torch.randn(n_prototypes, dim))
-        self.dropout = nn.Dropout(dropout)
+        self.dropout = GeneratorDropout(dropout)
         self.classifier = nn.Linear(n_prototypes, n_classes)
 
     def forward(self, patch: torch.Tensor, cls: torch.Tensor | None) -> torch.Tensor:

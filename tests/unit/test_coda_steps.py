@@ -282,13 +282,14 @@ def test_stale_token_blocks_name_the_key(tmp_path):
 def _row(task, model_name, layers, score, kind="forecast", ms=1.0, chance=10.0, converged=True):
     return {"task": task, "kind": kind, "model": model_name, "layers": layers, "score": score, "nfe_per_step": 1.0,
             "train_step_flops": 1.0, "inference_flops": 1.0, "ms_train_step_paired": ms,
-            "ms_inference_batch_paired": ms, "chance_score": chance, "converged": converged}
+            "ms_inference_batch_paired": ms, "chance_score": chance, "untrained_val_loss": 1.0, "converged": converged}
 
 
 def planted(rows: list[dict], costs: list[dict] | None = None) -> SeedResult:
     """A result with the ``models`` (and ``costs``) tables and validation curves whose convergence under the
-    smoke profile's rule (patience 2, 1%) is each row's ``converged``."""
-    curves = {f"val_loss_{r['task']}_{r['model']}_L{r['layers']}": [1.0, 1.0, 1.0] if r.pop("converged")
+    smoke profile's rule (patience 2, 1%, no warm-up, no initial drop: best <= the untrained loss of 1.0) is each
+    row's ``converged``: a curve that fell and then stayed flat for the patience, or one still falling at the cap."""
+    curves = {f"val_loss_{r['task']}_{r['model']}_L{r['layers']}": [1.0, 0.5, 0.5, 0.5] if r.pop("converged")
               else [3.0, 2.0, 1.0] for r in rows}
     return SeedResult(0).add(curves=curves, tables={"models": rows, "costs": costs or []})
 
@@ -320,6 +321,8 @@ def test_claim_metrics_on_planted_rows():
                  "best_baseline_coda_converged", "two_layer_converged"):
         assert (metrics[f"{name}_count"], metrics[f"{name}_fraction"]) == (1.0, 1.0), name
     assert (metrics["teacher_learned_count"], metrics["converted_converged_count"]) == (2.0, 2.0)
+    for name in ("ltc_coda", "best_baseline_coda", "two_layer"):  # the two parts of convergence
+        assert (metrics[f"{name}_stopped_count"], metrics[f"{name}_left_plateau_count"]) == (1.0, 1.0), name
     assert (metrics["ltc_competitive_count"], metrics["ltc_competitive_fraction"]) == (0.0, 0.0)  # 1.0 > 1.1 x 0.5
 
 
@@ -352,6 +355,8 @@ def test_parity_preconditions_count_a_reference_at_chance_and_an_unconverged_mod
     assert metrics["parity_count"] == 1.0 and metrics["ltc_learned_count"] == 0.0
     assert metrics["best_baseline_learned_count"] == 1.0  # 1.05 > 1.1 x 0.5: the GRU learned
     assert metrics["ltc_L2_learned_count"] == 1.0 and metrics["two_layer_converged_count"] == 0.0
+    # its curve [3, 2, 1] was still falling (not stopped) but its best, 1.0, is not above the untrained 1.0
+    assert (metrics["two_layer_stopped_count"], metrics["two_layer_left_plateau_count"]) == (0.0, 1.0)
     assert metrics["teacher_learned_count"] == 0.0 and metrics["converted_converged_count"] == 1.0
     # classification: learned means chance accuracy < the reference's accuracy - 2 points
     study = cfg.study

@@ -4,13 +4,18 @@ has a negative control that breaks the library and shows the same check failing.
 
 from __future__ import annotations
 
+import json
+import math
+from pathlib import Path
+
 import pytest
 import torch
 
 from tasks.coda import claim_metrics as cm
-from tasks.coda import method, model, train
+from tasks.coda import data, evaluate, method, model, select_lr, train
 from tasks.coda.config import CONFIG, TrainConfig
 from tasks.common.params import params_section
+from tasks.common.results import SeedResult
 
 # ----------------------------------------------------------------------------------------------------
 # Early stopping (README, "Training")
@@ -51,10 +56,11 @@ def test_epochs_since_improvement_check_fails_when_small_gains_move_the_referenc
 
 def check_has_converged() -> None:
     rule = TrainConfig(max_epochs=10, patience=2, min_rel_improvement=0.02, batch_size=1, lr=0.1)
-    assert cm.has_converged([1.0, 0.5, 0.6, 0.7], rule)
-    assert not cm.has_converged([1.0, 0.5, 0.6], rule)  # one epoch without improvement: patience is 2
-    assert not cm.has_converged([3.0, 2.0, 1.0], rule)  # still improving (stopped by max_epochs)
-    assert cm.has_converged([1.0, 0.99, 0.985], rule)  # within 2% of the best for two epochs
+    untrained = 3.0  # no initial drop asked (min_initial_drop 0): every best here is below the untrained loss
+    assert cm.has_converged([1.0, 0.5, 0.6, 0.7], untrained, rule)
+    assert not cm.has_converged([1.0, 0.5, 0.6], untrained, rule)  # one epoch without improvement: patience is 2
+    assert not cm.has_converged([3.0, 2.0, 1.0], untrained, rule)  # still improving (stopped by max_epochs)
+    assert cm.has_converged([1.0, 0.99, 0.985], untrained, rule)  # within 2% of the best for two epochs
 
 
 def test_has_converged_is_the_early_stopping_rule():
@@ -81,7 +87,7 @@ def tiny_split(n: int = 6) -> model.Split:
     return model.Split(inputs, torch.full((n, 3), 0.1), torch.randn(n, 3, 1, generator=generator), torch.ones(n, 3))
 
 
-def run_scripted_training(monkeypatch, scripted: list[float], patience: int
+def run_scripted_training(monkeypatch, scripted: list[float], patience: int, min_epochs: int = 1
                           ) -> tuple[list[float], list[torch.Tensor], torch.Tensor]:
     """Train a tiny GRU model while the validation loss follows ``scripted``; returns the validation curve,
     the weight snapshot seen at each validation and the weight kept at the end."""
@@ -95,8 +101,9 @@ def run_scripted_training(monkeypatch, scripted: list[float], patience: int
     monkeypatch.setattr(train, "validation_loss", scripted_loss)
     torch.manual_seed(0)
     net = method.SequenceModel([_PassThrough()], torch.nn.Linear(2, 1), "forecast")
-    rule = TrainConfig(max_epochs=len(scripted), patience=patience, min_rel_improvement=0.02, batch_size=2, lr=0.1)
-    _, val_curve, _ = train.train_model(net, tiny_split(), tiny_split(), rule, rule.max_epochs, seed=0)
+    rule = TrainConfig(max_epochs=len(scripted), patience=patience, min_rel_improvement=0.02, min_epochs=min_epochs,
+                       batch_size=2, lr=0.1)
+    _, val_curve, _ = train.train_model(net, tiny_split(), tiny_split(), rule, rule.max_epochs, seed=0, lr=rule.lr)
     return val_curve, snapshots, net.head.weight.detach().clone()
 
 
@@ -116,6 +123,367 @@ def test_training_check_fails_when_the_counter_never_fires(monkeypatch):
     monkeypatch.setattr(method, "epochs_since_improvement", lambda losses, tolerance: 0)
     val_curve, _, _ = run_scripted_training(monkeypatch, [1.0, 0.5, 0.6, 0.7, 0.1, 0.1], patience=2)
     assert val_curve != [1.0, 0.5, 0.6, 0.7]
+
+
+# ----------------------------------------------------------------------------------------------------
+# A rule a stalled model cannot pass (review of 2026-12-02, finding 2): warm-up, initial drop
+# ----------------------------------------------------------------------------------------------------
+
+# the shape of the stalled oscillator runs of the 2026-12-02 test bed: validation loss flat near ln 3 for longer
+# than the patience, then (if training goes on) dropping
+FLAT_THEN_DROPPING = [1.10, 1.09, 1.10, 1.10, 0.80, 0.50, 0.50, 0.50, 0.50]
+STALL_RULE = dict(max_epochs=40, patience=3, min_rel_improvement=0.02, batch_size=1, lr=0.1)
+
+
+LN3 = math.log(3.0)  # the untrained loss of a 3-class model that predicts uniformly (the oscillator plateau)
+# seed 3's occupancy CoDA of the 2026-12-02 runs: best at epoch 1 (0.150), then overfit (training loss -> 0,
+# validation loss rising); its untrained validation loss is 0.657 (re-initialised with seed 3)
+OVERFIT_AFTER_EPOCH_1 = [0.15, 0.4, 0.8, 1.0, 1.06, 1.06, 1.06]
+OVERFIT_UNTRAINED = 0.657
+
+
+def check_stall_is_not_converged() -> None:
+    new_rule = TrainConfig(**STALL_RULE, min_epochs=6, min_initial_drop=0.2)
+    stalled = FLAT_THEN_DROPPING[:4]  # where the old rule stopped: 3 epochs without a 2% gain over 1.10
+    assert not method.should_stop(stalled, 6, 3, 0.02)  # 4 epochs < the warm-up of 6
+    assert method.should_stop(stalled, 1, 3, 0.02)
+    assert not cm.left_untrained_plateau(stalled, LN3, 0.2)  # best 1.09 > 0.8 x ln 3 = 0.879
+    assert not cm.has_converged(stalled, LN3, new_rule)
+    # a stall that outlasts the warm-up still fails: flat for 8 epochs, stopped by the counter
+    assert not cm.has_converged([1.10, 1.09, 1.10, 1.10, 1.09, 1.10, 1.10, 1.10], LN3, new_rule)
+    assert cm.convergence_parts([1.10, 1.09, 1.10, 1.10, 1.09, 1.10, 1.10, 1.10], LN3, new_rule) == (True, False)
+    # learned in epoch 1, then overfit: 0.15 <= 0.8 x 0.657 = 0.526, 7 epochs >= 6, 6 epochs without a gain
+    assert cm.left_untrained_plateau(OVERFIT_AFTER_EPOCH_1, OVERFIT_UNTRAINED, 0.2)
+    assert cm.has_converged(OVERFIT_AFTER_EPOCH_1, OVERFIT_UNTRAINED, new_rule)
+    # the whole curve: left the plateau (0.50 <= 0.879), 9 epochs >= 6, 3 epochs within 2% of 0.50
+    assert cm.left_untrained_plateau(FLAT_THEN_DROPPING, LN3, 0.2)
+    assert method.should_stop(FLAT_THEN_DROPPING, 6, 3, 0.02)
+    assert cm.has_converged(FLAT_THEN_DROPPING, LN3, new_rule)
+    assert not cm.has_converged(FLAT_THEN_DROPPING[:8], LN3, new_rule)  # 2 epochs at 0.50 < patience 3
+    # the reference is the untrained loss, not epoch 1's: a first epoch worse than the start does not lower the bar
+    assert not cm.left_untrained_plateau([1.3, 1.0], 1.0, 0.2)  # 1.0 > 0.8 x 1.0 (epoch 1's 1.3 would pass it)
+    # the boundary of the drop: exactly 0.8 x the untrained loss passes, just above fails
+    assert cm.left_untrained_plateau([1.2, 0.8], 1.0, 0.2) and not cm.left_untrained_plateau([1.2, 0.8001], 1.0, 0.2)
+    assert not cm.left_untrained_plateau([], 1.0, 0.2)
+
+
+def test_a_stalled_model_is_not_converged_and_a_dropping_one_is():
+    check_stall_is_not_converged()
+
+
+def test_the_old_rule_passes_the_stalled_model():
+    """Negative control, by the rule itself: with no warm-up and no initial drop (the 2026-12-02 rule) the curve
+    that stopped on its plateau counts as converged."""
+    assert cm.has_converged(FLAT_THEN_DROPPING[:4], LN3, TrainConfig(**STALL_RULE))
+
+
+def test_stall_check_fails_when_the_library_drops_the_warm_up_and_the_initial_drop(monkeypatch):
+    """Negative control: the library's rule broken back to the old one (no warm-up, no initial drop)."""
+    monkeypatch.setattr(method, "should_stop", lambda losses, min_epochs, patience, tol:
+                        method.epochs_since_improvement(losses, tol) >= patience)
+    monkeypatch.setattr(cm, "left_untrained_plateau", lambda losses, untrained, drop: bool(losses))
+    with pytest.raises(AssertionError):
+        check_stall_is_not_converged()
+
+
+def test_stall_check_fails_when_the_initial_drop_is_measured_from_the_last_epoch(monkeypatch):
+    """Negative control: a drop measured against the LAST epoch (min(L) <= 0.8 x L_T) fails the whole
+    flat-then-dropping curve (0.50 > 0.8 x 0.50)."""
+    monkeypatch.setattr(cm, "left_untrained_plateau", lambda losses, untrained, drop: bool(losses) and
+                        min(losses) <= (1 - drop) * losses[-1])
+    with pytest.raises(AssertionError):
+        check_stall_is_not_converged()
+
+
+def test_stall_check_fails_when_the_initial_drop_is_measured_from_the_first_epoch(monkeypatch):
+    """Negative control (review of the 2026-12-02 second round, finding 1): the 07:04 run's reference, the FIRST
+    epoch's loss (``method.left_initial_plateau``), calls the pair that learned in epoch 1 and then overfit not
+    converged (0.15 > 0.8 x 0.15), so the check fails."""
+    monkeypatch.setattr(cm, "left_untrained_plateau",
+                        lambda losses, untrained, drop: method.left_initial_plateau(losses, drop))
+    with pytest.raises(AssertionError):
+        check_stall_is_not_converged()
+
+
+def check_rows_carry_their_untrained_reference() -> None:
+    rule = TrainConfig(**STALL_RULE, min_epochs=6, min_initial_drop=0.2)
+    rows = [{"task": "occupancy", "model": "coda", "layers": 1, "untrained_val_loss": OVERFIT_UNTRAINED},
+            {"task": "occupancy", "model": "gru", "layers": 1, "untrained_val_loss": 0.18}]  # 0.15 > 0.144
+    result = SeedResult(3).add(curves={f"val_loss_occupancy_{m}_L1": OVERFIT_AFTER_EPOCH_1 for m in ("coda", "gru")},
+                               tables={"models": rows})
+    coda, gru = cm.with_convergence(result, rule)
+    assert (coda["stopped"], coda["left_plateau"], coda["converged"]) == (True, True, True)
+    assert (gru["stopped"], gru["left_plateau"], gru["converged"]) == (True, False, False)
+    assert coda["val_curve"] == OVERFIT_AFTER_EPOCH_1
+
+
+def test_with_convergence_reads_each_rows_untrained_loss():
+    check_rows_carry_their_untrained_reference()
+
+
+def test_with_convergence_check_fails_with_the_first_epoch_reference(monkeypatch):
+    """Negative control: with the first epoch as the reference both rows fail the drop."""
+    monkeypatch.setattr(cm, "left_untrained_plateau",
+                        lambda losses, untrained, drop: method.left_initial_plateau(losses, drop))
+    with pytest.raises(AssertionError):
+        check_rows_carry_their_untrained_reference()
+
+
+def check_untrained_loss_is_where_training_starts(monkeypatch, tmp_path) -> None:
+    """The evaluation's L_0 equals the validation loss of the model train.fit hands to train_model (before any
+    step), for every kind, and of the student train.convert_ltc hands to the distillation, at seed 3."""
+    cfg = CONFIG.model_validate(params_section("coda")["smoke"])
+    task = data.make_task(cfg.data, "lotka_volterra", 3)
+    fit_split, val = model.task_splits(task, "cpu")[0], model.split_part(task, "val", "cpu")
+    seen: dict[str, float] = {}
+
+    def record_start(net, _fit, val_split, _rule, _max_epochs, _seed, _lr):
+        seen["start"] = train.validation_loss(net, val_split)
+        return [1.0], [1.0], [0.0]
+
+    def record_student(_teacher, student, *_args):
+        seen["student"] = train.validation_loss(student, val)
+        return [0.0]
+
+    monkeypatch.setattr(train, "train_model", record_start)
+    monkeypatch.setattr(method, "distill_layerwise", record_student)
+    monkeypatch.setattr(train, "save_model", lambda *args: None)
+    losses = {}
+    for kind in ("ltc", "coda", "gru_dense", "gru"):
+        train.fit(kind, 1, task, fit_split, val, cfg, 3)
+        losses[kind] = evaluate.untrained_validation_loss(kind, 1, task, cfg, 3, "cpu")
+        assert losses[kind] == seen["start"], kind
+    assert len(set(losses.values())) == 4  # four different models, four different starting losses
+    teacher = model.build_model("ltc", 1, task, cfg.model, 3)
+    train.convert_ltc(teacher, task, fit_split, val, cfg, 3, tmp_path)
+    assert evaluate.untrained_validation_loss("coda_converted", 1, task, cfg, 3, "cpu") == seen["student"]
+    assert seen["student"] != losses["coda"]  # the student is drawn with seed + 1
+
+
+def test_untrained_loss_is_where_training_starts(monkeypatch, tmp_path):
+    check_untrained_loss_is_where_training_starts(monkeypatch, tmp_path)
+
+
+def test_untrained_loss_check_fails_when_the_model_is_drawn_with_another_seed(monkeypatch, tmp_path):
+    """Negative control: an untrained model built with seed 0 (as ``model.load_model`` builds its shell) is not
+    the one training started from, so the exact check fails."""
+    real = evaluate.untrained_model
+    monkeypatch.setattr(evaluate, "untrained_model", lambda name, layers, task, cfg, seed:
+                        real(name, layers, task, cfg, 0))
+    with pytest.raises(AssertionError):
+        check_untrained_loss_is_where_training_starts(monkeypatch, tmp_path)
+
+
+def test_training_with_a_warm_up_goes_past_the_plateau(monkeypatch):
+    val_curve, snapshots, kept = run_scripted_training(monkeypatch, FLAT_THEN_DROPPING + [0.1], patience=3,
+                                                       min_epochs=6)
+    assert val_curve == FLAT_THEN_DROPPING  # not stopped at epoch 4; stopped at 9, 3 epochs after 0.50
+    assert torch.equal(kept, snapshots[5])  # the first epoch of 0.50 (later equal losses do not replace it)
+
+
+def test_training_warm_up_check_fails_without_the_warm_up(monkeypatch):
+    """Negative control: the library's stop ignoring min_epochs stops on the plateau, at epoch 4."""
+    monkeypatch.setattr(method, "should_stop", lambda losses, min_epochs, patience, tol:
+                        method.epochs_since_improvement(losses, tol) >= patience)
+    val_curve, _, _ = run_scripted_training(monkeypatch, FLAT_THEN_DROPPING + [0.1], patience=3, min_epochs=6)
+    assert val_curve == FLAT_THEN_DROPPING[:4]
+
+
+def test_min_epochs_must_be_below_max_epochs():
+    with pytest.raises(ValueError, match="min_epochs"):
+        TrainConfig(max_epochs=5, patience=2, min_epochs=5, batch_size=1, lr=0.1)
+
+
+def test_lr_by_model_is_per_kind_and_checked():
+    rule = TrainConfig(max_epochs=5, patience=2, batch_size=1, lr=0.1, lr_by_model={"ltc": 0.05})
+    assert (rule.lr_for("ltc"), rule.lr_for("coda")) == (0.05, 0.1)
+    with pytest.raises(ValueError, match="lr_by_model.*unknown"):
+        TrainConfig(max_epochs=5, patience=2, batch_size=1, lr=0.1, lr_by_model={"lstm": 0.05})
+    with pytest.raises(ValueError, match="lr_by_model"):
+        TrainConfig(max_epochs=5, patience=2, batch_size=1, lr=0.1, lr_by_model={"ltc": 0.0})
+
+
+def check_the_trained_model_uses_its_kinds_lr(monkeypatch) -> None:
+    """train.fit hands train_model the kind's lr_by_model entry."""
+    seen = {}
+
+    def record(net, fit_split, val, cfg, max_epochs, seed, lr):
+        seen["lr"] = lr
+        return [1.0], [1.0], [0.0]
+
+    monkeypatch.setattr(train, "train_model", record)
+    cfg = CONFIG.model_validate(params_section("coda")["smoke"])
+    cfg = cfg.model_copy(update={"train": cfg.train.model_copy(update={"lr_by_model": {"ltc": 0.037}})})
+    task = data.make_task(cfg.data, "lotka_volterra", 0)
+    splits = (model.task_splits(task, "cpu")[0], model.split_part(task, "val", "cpu"))
+    train.fit("ltc", 1, task, *splits, cfg, 0)
+    assert seen["lr"] == 0.037
+    train.fit("gru", 1, task, *splits, cfg, 0)
+    assert seen["lr"] == cfg.train.lr
+
+
+def test_the_trained_model_uses_its_kinds_lr(monkeypatch):
+    check_the_trained_model_uses_its_kinds_lr(monkeypatch)
+
+
+def test_kinds_lr_check_fails_when_lr_for_ignores_the_kind(monkeypatch):
+    """Negative control (review of the 2026-12-02 second round, finding 5): an lr_for that returns the shared lr
+    for every kind hands the LTC 5e-3, not 0.037."""
+    monkeypatch.setattr(TrainConfig, "lr_for", lambda self, kind: self.lr)
+    with pytest.raises(AssertionError):
+        check_the_trained_model_uses_its_kinds_lr(monkeypatch)
+
+
+def check_train_model_steps_at_its_lr() -> None:
+    """One Adam step (one batch of 2, one epoch) moves every weight by lr x g / (|g| + 1e-8) = lr in size: the
+    lr argument (0.037), not the config's (0.1)."""
+    torch.manual_seed(0)
+    net = method.SequenceModel([_PassThrough()], torch.nn.Linear(2, 1), "forecast")
+    before = net.head.weight.detach().clone()
+    rule = TrainConfig(max_epochs=2, patience=1, min_rel_improvement=0.02, batch_size=2, lr=0.1)
+    train.train_model(net, tiny_split(2), tiny_split(2), rule, 1, seed=0, lr=0.037)
+    step = (net.head.weight.detach() - before).abs()
+    assert torch.allclose(step, torch.full_like(step, 0.037), rtol=1e-5)
+
+
+def test_train_model_steps_at_its_lr_argument():
+    check_train_model_steps_at_its_lr()
+
+
+def test_train_model_lr_check_fails_when_it_uses_the_configs_lr(monkeypatch):
+    """Negative control (finding 5): a train_model that ignores its lr argument and reads cfg.lr steps by 0.1."""
+    real = train.train_model
+    monkeypatch.setattr(train, "train_model", lambda net, fit_split, val, cfg, max_epochs, seed, lr:
+                        real(net, fit_split, val, cfg, max_epochs, seed, cfg.lr))
+    with pytest.raises(AssertionError):
+        check_train_model_steps_at_its_lr()
+
+
+# ----------------------------------------------------------------------------------------------------
+# Learning-rate selection on the validation split (README, "Learning rates")
+# ----------------------------------------------------------------------------------------------------
+
+# task a on a large loss scale, task b on a small one: lr 0.01 is best on a, 0.02 ten times better on b
+SELECTION_ROWS = [{"task": "a", "model": "ltc", "lr": 0.01, "best_val_loss": 1.0},
+                  {"task": "a", "model": "ltc", "lr": 0.02, "best_val_loss": 1.5},
+                  {"task": "b", "model": "ltc", "lr": 0.01, "best_val_loss": 0.01},
+                  {"task": "b", "model": "ltc", "lr": 0.02, "best_val_loss": 0.001},
+                  {"task": "a", "model": "coda", "lr": 0.01, "best_val_loss": 2.0},
+                  {"task": "a", "model": "coda", "lr": 0.02, "best_val_loss": 1.0},
+                  {"task": "b", "model": "coda", "lr": 0.01, "best_val_loss": 0.5},
+                  {"task": "b", "model": "coda", "lr": 0.02, "best_val_loss": 1.0}]
+
+
+def check_choose_lr() -> None:
+    chosen = select_lr.choose_lr(SELECTION_ROWS)
+    # ltc: 0.01 -> sqrt(1 x 10) = 3.1623; 0.02 -> sqrt(1.5 x 1) = 1.2247 (a raw mean would pick 0.01)
+    assert chosen["ltc"]["lr"] == 0.02
+    assert chosen["ltc"]["score_by_lr"][0.01] == pytest.approx(10 ** 0.5)
+    assert chosen["ltc"]["score_by_lr"][0.02] == pytest.approx(1.5 ** 0.5)
+    # coda: both sqrt(2 x 1) = sqrt(2): a tie goes to the smaller lr
+    assert chosen["coda"]["score_by_lr"][0.01] == pytest.approx(2 ** 0.5) == chosen["coda"]["score_by_lr"][0.02]
+    assert chosen["coda"]["lr"] == 0.01
+    with pytest.raises(ValueError, match="not every task"):
+        select_lr.choose_lr(SELECTION_ROWS[:3])
+
+
+def test_choose_lr_exact():
+    check_choose_lr()
+
+
+def test_choose_lr_check_fails_on_the_raw_mean_of_losses(monkeypatch):
+    """Negative control: a selection on the raw mean loss (scale-dependent) picks 0.01 for the LTC."""
+
+    def raw_mean(rows):
+        out = {}
+        for kind in {r["model"] for r in rows}:
+            mine = [r for r in rows if r["model"] == kind]
+            scores = {lr: sum(r["best_val_loss"] for r in mine if r["lr"] == lr) for lr in {r["lr"] for r in mine}}
+            out[kind] = {"lr": min(scores, key=lambda lr: (scores[lr], lr)), "score_by_lr": scores}
+        return out
+
+    monkeypatch.setattr(select_lr, "choose_lr", raw_mean)
+    with pytest.raises(AssertionError):
+        check_choose_lr()
+
+
+def check_with_lr() -> None:
+    cfg = CONFIG.model_validate(params_section("coda")["cpu"])
+    run = select_lr.with_lr(cfg, "ltc", 0.037)
+    assert run.train.lr_for("ltc") == 0.037
+    assert run.train.lr_for("coda") == cfg.train.lr == 0.02  # the other kinds fall back to the shared lr
+    assert run.train.model_copy(update={"lr_by_model": {}}) == cfg.train.model_copy(update={"lr_by_model": {}})
+    assert (run.data, run.model, run.study) == (cfg.data, cfg.model, cfg.study)
+
+
+def test_with_lr_sets_one_kinds_lr_only():
+    check_with_lr()
+
+
+def test_with_lr_check_fails_when_it_sets_the_shared_lr(monkeypatch):
+    """Negative control: a with_lr that sets the shared lr (every kind) changes CoDA's lr too."""
+    monkeypatch.setattr(select_lr, "with_lr", lambda cfg, kind, lr: cfg.model_copy(
+        update={"train": cfg.train.model_copy(update={"lr": lr, "lr_by_model": {kind: lr}})}))
+    with pytest.raises(AssertionError):
+        check_with_lr()
+
+
+def check_selection_rows(monkeypatch) -> None:
+    """selection_rows trains each kind on each task at the lr it is given, and records best loss, epochs and
+    convergence against the untrained loss (stubbed: 1.0 for the LTC, 0.4 for the GRU)."""
+    cfg = CONFIG.model_validate(params_section("coda")["smoke"])
+    cfg = cfg.model_copy(update={"data": cfg.data.model_copy(update={"tasks": ["lotka_volterra", "occupancy"]})})
+    curves = {"ltc": [0.9, 0.5, 0.5, 0.5], "gru": [0.9, 0.5, 0.6, 0.7]}
+    trained = []
+
+    def fake_fit(kind, layers, task, fit_split, val, run_cfg, seed):
+        trained.append((task.name, kind, layers, run_cfg.train.lr_for(kind), seed))
+        return None, {"val_loss": curves[kind]}, {"best_val_loss": min(curves[kind]), "epochs": len(curves[kind])}
+
+    monkeypatch.setattr(train, "fit", fake_fit)
+    monkeypatch.setattr(evaluate, "untrained_validation_loss",
+                        lambda kind, layers, task, run_cfg, seed, device: {"ltc": 1.0, "gru": 0.4}[kind])
+    rows = select_lr.selection_rows(cfg, 100, 0.037, ["ltc", "gru"])
+    assert trained == [(t, k, 1, 0.037, 100) for t in ("lotka_volterra", "occupancy") for k in ("ltc", "gru")]
+    # smoke rule: patience 2, no warm-up, no drop asked (best <= the untrained loss): the LTC (0.5 <= 1.0)
+    # converged, the GRU (0.5 > 0.4) did not
+    assert [(r["task"], r["model"], r["lr"], r["best_val_loss"], r["epochs"], r["converged"]) for r in rows] == [
+        ("lotka_volterra", "ltc", 0.037, 0.5, 4, True), ("lotka_volterra", "gru", 0.037, 0.5, 4, False),
+        ("occupancy", "ltc", 0.037, 0.5, 4, True), ("occupancy", "gru", 0.037, 0.5, 4, False)]
+
+
+def test_selection_rows_exact(monkeypatch):
+    check_selection_rows(monkeypatch)
+
+
+def test_selection_rows_check_fails_when_the_lr_is_not_applied(monkeypatch):
+    """Negative control: a with_lr that returns the profile unchanged trains at the profile's lr, not 0.037."""
+    monkeypatch.setattr(select_lr, "with_lr", lambda cfg, kind, lr: cfg)
+    with pytest.raises(AssertionError):
+        check_selection_rows(monkeypatch)
+
+
+LR_SELECTION = Path(__file__).resolve().parents[2] / "reports" / "coda" / "lr_selection.json"
+
+
+def check_params_lrs_are_the_recorded_choice(lr_by_model: dict, selection: dict) -> None:
+    """params.yaml's cpu lr_by_model is the choice recorded in reports/coda/lr_selection.json, and that choice is
+    what choose_lr gives on the recorded rows (review of the 2026-12-02 second round, finding 4)."""
+    recorded = {kind: choice["lr"] for kind, choice in selection["chosen"].items()}
+    assert {kind: choice["lr"] for kind, choice in select_lr.choose_lr(selection["rows"]).items()} == recorded
+    assert {kind: float(lr) for kind, lr in lr_by_model.items()} == recorded
+
+
+def test_params_lrs_are_the_recorded_choice():
+    check_params_lrs_are_the_recorded_choice(params_section("coda")["cpu"]["train"]["lr_by_model"],
+                                             json.loads(LR_SELECTION.read_text()))
+
+
+def test_params_lr_check_fails_on_a_perturbed_params_value():
+    """Negative control: the LTC's params value set to the grid's 5e-3 no longer matches the record."""
+    perturbed = dict(params_section("coda")["cpu"]["train"]["lr_by_model"]) | {"ltc": 5e-3}
+    with pytest.raises(AssertionError):
+        check_params_lrs_are_the_recorded_choice(perturbed, json.loads(LR_SELECTION.read_text()))
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -187,7 +555,7 @@ def _row(task, name, score, *, kind="forecast", params=100, flops=1.0, ms=1.0, c
          chance=10.0):
     return {"task": task, "kind": kind, "model": name, "layers": 1, "score": score, "parameters": params,
             "train_step_flops": flops, "ms_train_step_paired": ms, "chance_score": chance,
-            "converged": True, "val_curve": list(curve)}
+            "stopped": True, "left_plateau": True, "converged": True, "val_curve": list(curve)}
 
 
 def ablation_config():
