@@ -54,6 +54,10 @@ def sweep_metrics(rows: list[dict[str, Any]], sweep: MergeSweepConfig) -> dict[s
         "m2_acc_drop_aggressive_mean": float(np.mean([acc["M2", 1.0] - acc["M2", r] for r in aggressive])),
         "m1_rms_shift_smallest_r": abs(1.0 - by_point["M1", smallest]["rms_ratio_last"]),
         "m2_rms_shift_smallest_r": abs(1.0 - by_point["M2", smallest]["rms_ratio_last"]),
+        "m2_rms_shift_mild": abs(1.0 - by_point["M2", mildest]["rms_ratio_last"]),
+        # C1b: the covariate shift grows with compression (smallest r against the mildest merged r)
+        "m2_rms_shift_growth": abs(1.0 - by_point["M2", smallest]["rms_ratio_last"])
+        - abs(1.0 - by_point["M2", mildest]["rms_ratio_last"]),
         "m2_kappa_smallest_r": by_point["M2", smallest]["mean_merged_kappa"],
         "realised_retention_smallest_r": by_point["M2", smallest]["realised_retention"],
         "r1_max_method_acc_spread": max(acc[m.name, 1.0] for m in baselines.ALL_METHODS)

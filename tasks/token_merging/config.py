@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Literal
+
 from pydantic import Field, field_validator, model_validator
 
 from tasks.common.params import PaperConfig, ProfileConfig
@@ -9,13 +11,37 @@ from tasks.common.params import PaperConfig, ProfileConfig
 TITLE = "token_merging: Token merging as statistical reconstruction (reconstructed)"
 
 
+class SceneConfig(ProfileConfig):
+    """Composed digit scenes (the >= 256-token test bed) on an ``image_size`` canvas.
+
+    ``quadrants``: four digits upsampled to half the canvas fill its quadrants; the label is the top-left
+    digit, the other three (drawn from the same split) are distractors. ``random``: ``digits_per_scene`` 8x8
+    digits pasted at their raw resolution at random positions; one digit: the label is that digit; two (left
+    and right half): the larger of the two. ``noise_std``: Gaussian pixel noise added everywhere."""
+
+    layout: Literal["quadrants", "random"] = "quadrants"
+    digits_per_scene: int = Field(default=1, ge=1, le=2, description="random layout only")
+    noise_std: float = Field(default=0.0, ge=0, le=2.0)
+
+
 class DigitsDataConfig(ProfileConfig):
-    """scikit-learn's bundled digits (8x8), a fixed stratified split, upsampled for the ViT."""
+    """scikit-learn's bundled digits (8x8), a fixed stratified split, upsampled for the ViT, or (``scene``)
+    pasted into larger composed scenes."""
 
     test_size: int = Field(default=360, ge=10, le=1000)
     split_seed: int = Field(default=0, ge=0, description="the split is fixed; run seeds change the model only")
     n_train: int | None = Field(default=None, ge=50, description="subsample the training split (smoke)")
-    image_size: int = Field(default=16, ge=8, le=32, description="bilinear upsampling of the 8x8 digits")
+    image_size: int = Field(default=16, ge=8, le=64, description="bilinear upsampling of the 8x8 digits, or the "
+                            "scene canvas")
+    scene: SceneConfig | None = Field(default=None, description="compose scenes instead of upsampling")
+
+    @model_validator(mode="after")
+    def _scene_fits(self) -> DigitsDataConfig:
+        if self.scene is None and self.image_size > 32:
+            raise ValueError(f"image_size: at most 32 for upsampled digits, got {self.image_size}")
+        if self.scene is not None and self.image_size < 16:
+            raise ValueError(f"image_size: a scene canvas must be at least 16 (two 8x8 digits), got {self.image_size}")
+        return self
 
 
 class ViTConfig(ProfileConfig):
@@ -26,11 +52,15 @@ class ViTConfig(ProfileConfig):
     depth: int = Field(ge=2, description="merging happens after blocks 0..depth-2")
     heads: int = Field(ge=1)
     mlp_ratio: int = Field(default=2, ge=1)
+    pos_embed: Literal["learned", "sincos"] = Field(default="learned", description="learned (the committed "
+                                                    "runs), or fixed 2-D sin-cos (faster training at many tokens)")
 
     @model_validator(mode="after")
     def _heads_divide(self) -> ViTConfig:
         if self.dim % self.heads:
             raise ValueError(f"dim ({self.dim}) must be divisible by heads ({self.heads})")
+        if self.pos_embed == "sincos" and self.dim % 4:
+            raise ValueError(f"pos_embed: 'sincos' needs dim divisible by 4, got {self.dim}")
         return self
 
 
@@ -40,6 +70,10 @@ class TrainConfig(ProfileConfig):
     lr: float = Field(gt=0, le=1.0)
     weight_decay: float = Field(default=0.05, ge=0)
     max_shift: int = Field(default=1, ge=0, le=3, description="random +-shift augmentation in pixels")
+    fused_attention: bool = Field(default=False, description="train through torch's fused attention "
+                                  "(MergeViT.forward_fused: same function, float rounding differs)")
+    warmup_fraction: float | None = Field(default=None, gt=0, le=0.5, description="share of the optimiser "
+                                          "steps in linear warm-up; unset keeps total // 20 (the committed runs)")
 
 
 class MergeSweepConfig(ProfileConfig):
@@ -51,6 +85,8 @@ class MergeSweepConfig(ProfileConfig):
     aggressive_retention: float = Field(default=0.25, gt=0, lt=1, description="r <= this is 'aggressive' (b1, b2)")
     shrink_singletons: bool = False
     eval_batch_size: int = Field(default=512, ge=1)
+    fused_attention: bool = Field(default=False, description="evaluate through torch's fused attention "
+                                  "(method.corrected_attention_fused: same function, float rounding differs)")
 
     @field_validator("retentions")
     @classmethod

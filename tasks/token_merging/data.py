@@ -16,7 +16,7 @@ import torch
 from torch.nn import functional as F
 
 from tasks.common.io import read_json, write_dir_with, write_json, write_parquet
-from tasks.token_merging.config import DigitsDataConfig, TokenMergingConfig
+from tasks.token_merging.config import DigitsDataConfig, SceneConfig, TokenMergingConfig
 
 DIGITS_FILES = {"train": "digits_train.parquet", "test": "digits_test.parquet"}
 META_FILE = "digits_meta.json"
@@ -65,10 +65,19 @@ def read_digits(cfg: DigitsDataConfig, data_dir: Path) -> dict[str, pl.DataFrame
     return frames
 
 
+SCENE_SPLIT_OFFSET = {"train": 1, "test": 2}  # the fixed scenes' generator: split_seed * 10 + offset
+
+
 def read_digits_tensors(cfg: DigitsDataConfig, data_dir: Path) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
-    """Images and labels of both splits, after ``read_digits`` checked them against the config."""
+    """Images and labels of both splits, after ``read_digits`` checked them against the config. With
+    ``cfg.scene`` each split is composed once into fixed scenes (generator from ``split_seed``): the test
+    scenes are evaluated, the training scenes calibrate M4; training composes fresh scenes every epoch."""
     frames = read_digits(cfg, Path(data_dir))
-    return {name: digits_tensors(frame, cfg.image_size) for name, frame in frames.items()}
+    if cfg.scene is None:
+        return {name: digits_tensors(frame, cfg.image_size) for name, frame in frames.items()}
+    return {name: compose_scenes(*digits_tensors(frame, 8), cfg.scene, cfg.image_size,
+                                 torch.Generator().manual_seed(cfg.split_seed * 10 + SCENE_SPLIT_OFFSET[name]))
+            for name, frame in frames.items()}
 
 
 def digits_tensors(frame: pl.DataFrame, image_size: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -78,6 +87,39 @@ def digits_tensors(frame: pl.DataFrame, image_size: int) -> tuple[torch.Tensor, 
     if image_size != 8:
         images = F.interpolate(images, size=(image_size, image_size), mode="bilinear", align_corners=False)
     return images, torch.tensor(frame["label"].to_numpy())
+
+
+def compose_scenes(glyphs: torch.Tensor, labels: torch.Tensor, scene: SceneConfig, canvas: int,
+                   generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
+    """One scene per glyph (B, 1, 8, 8) in [-1, 1] on a ``canvas`` x ``canvas`` image, background -1, plus
+    Gaussian pixel noise (``noise_std``). ``quadrants``: the glyph, upsampled bilinearly to canvas / 2, in the
+    top-left quadrant and three distractor glyphs (uniform draws from the same set) in the others; the label
+    is the glyph's. ``random``: the glyph at its raw resolution at a uniform position (pixel-wise max); with two
+    digits it lies in the left half, a drawn partner in the right half, and the label is the larger digit."""
+    n = len(labels)
+    if scene.layout == "quadrants":
+        half = canvas // 2
+        tiles = F.interpolate(glyphs, size=(half, half), mode="bilinear", align_corners=False)
+        images = torch.full((n, 1, canvas, canvas), -1.0)
+        order = [torch.arange(n)] + [torch.randint(0, n, (n,), generator=generator) for _ in range(3)]
+        for chosen, (row, col) in zip(order, [(0, 0), (0, half), (half, 0), (half, half)]):
+            images[:, :, row:row + half, col:col + half] = tiles[chosen]
+        scene_labels = labels
+    else:
+        images = torch.full((n, 1, canvas, canvas), -1.0)
+        partners = torch.randint(0, n, (n,), generator=generator)
+        placed = [(glyphs, 0, canvas)] if scene.digits_per_scene == 1 else [
+            (glyphs, 0, canvas // 2), (glyphs[partners], canvas // 2, canvas)]
+        for source, x_lo, x_hi in placed:
+            rows = torch.randint(0, canvas - 8 + 1, (n,), generator=generator)
+            cols = torch.randint(x_lo, x_hi - 8 + 1, (n,), generator=generator)
+            for i, (row, col) in enumerate(zip(rows.tolist(), cols.tolist())):
+                images[i, :, row:row + 8, col:col + 8] = torch.maximum(images[i, :, row:row + 8, col:col + 8],
+                                                                       source[i])
+        scene_labels = labels if scene.digits_per_scene == 1 else torch.maximum(labels, labels[partners])
+    if scene.noise_std > 0:
+        images = images + scene.noise_std * torch.randn(images.shape, generator=generator)
+    return images, scene_labels
 
 
 def random_shift(images: torch.Tensor, max_shift: int, generator: torch.Generator) -> torch.Tensor:

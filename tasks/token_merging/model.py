@@ -15,7 +15,8 @@ CHECKPOINT = "vit.safetensors"
 
 def vit_shape(vit: ViTConfig, data_cfg: DigitsDataConfig) -> method.ViTShape:
     return method.ViTShape(image_size=data_cfg.image_size, patch_size=vit.patch_size, channels=1, dim=vit.dim,
-                           depth=vit.depth, heads=vit.heads, mlp_dim=vit.dim * vit.mlp_ratio, n_classes=10)
+                           depth=vit.depth, heads=vit.heads, mlp_dim=vit.dim * vit.mlp_ratio, n_classes=10,
+                           pos_embed=vit.pos_embed)
 
 
 def build_vit(vit: ViTConfig, data_cfg: DigitsDataConfig, seed: int) -> method.MergeViT:

@@ -37,15 +37,17 @@ class SweepPoint:
 
 
 def batched_forward(model: method.MergeViT, images: torch.Tensor, merge: method.MergeMethod, schedule: list[int],
-                    batch_size: int) -> tuple[torch.Tensor, torch.Tensor, list[float], float, float]:
-    """Logits, cls residuals, RMS per block (size-weighted energies pooled over batches), realised r, mean kappa."""
+                    batch_size: int, fused: bool = False) -> tuple[torch.Tensor, torch.Tensor, list[float], float,
+                                                                   float]:
+    """Logits, cls residuals, RMS per block (size-weighted energies pooled over batches), realised r, mean kappa;
+    ``fused``: through the fused attention (``merge.fused_attention``)."""
     logits, cls, kappas = [], [], []
     rms_sq = np.zeros(model.shape.depth)
     realised = 1.0
     with torch.no_grad():
         for start in range(0, len(images), batch_size):
             chunk = images[start:start + batch_size]
-            out = model.forward_merged(chunk, merge, schedule)
+            out = model.forward_merged(chunk, merge, schedule, fused)
             logits.append(out.logits)
             cls.append(out.cls_residual)
             rms_sq += np.square(out.rms_per_block) * len(chunk)
@@ -62,25 +64,27 @@ def choose_m4_exponent(model: method.MergeViT, calibration: torch.Tensor, sweep:
     averaged over the merged retentions, on training images (never the evaluated images)."""
     depth = model.shape.depth
     _, reference, _, _, _ = batched_forward(model, calibration, baselines.PLAIN_AVERAGE, [0] * depth,
-                                            sweep.eval_batch_size)
+                                            sweep.eval_batch_size, sweep.fused_attention)
     mismatch = {}
     for exponent in sweep.value_exponents:
         candidate = method.VALUE_CORRECTED.with_value_exp(exponent)
         values = []
         for r in sweep.retentions[1:]:
             schedule = method.merge_schedule(model.shape.n_patches, depth, r)
-            _, cls, _, _, _ = batched_forward(model, calibration, candidate, schedule, sweep.eval_batch_size)
+            _, cls, _, _, _ = batched_forward(model, calibration, candidate, schedule, sweep.eval_batch_size,
+                                              sweep.fused_attention)
             values.append(method.energy_mismatch(reference, cls))
         mismatch[exponent] = float(np.mean(values))
     return method.choose_value_exponent(mismatch), mismatch
 
 
 def sweep_point(model: method.MergeViT, images: torch.Tensor, labels: torch.Tensor, merge: method.MergeMethod,
-                r: float, reference: tuple[torch.Tensor, list[float]], batch_size: int) -> SweepPoint:
+                r: float, reference: tuple[torch.Tensor, list[float]], batch_size: int, fused: bool = False
+                ) -> SweepPoint:
     """One method at one retention against the unmerged cls residuals and RMS per block ``reference``."""
     ref_cls, ref_rms = reference
     schedule = method.merge_schedule(model.shape.n_patches, model.shape.depth, r)
-    logits, cls, rms, realised, kappa = batched_forward(model, images, merge, schedule, batch_size)
+    logits, cls, rms, realised, kappa = batched_forward(model, images, merge, schedule, batch_size, fused)
     total, radial, angular = method.radial_angular_decomposition(ref_cls, cls.double())
     scale = ref_cls.pow(2).sum(-1).mean()
     rms_ratio = [a / b for a, b in zip(rms, ref_rms)]
@@ -101,12 +105,14 @@ def merging_sweep(model: method.MergeViT, images: torch.Tensor, labels: torch.Te
     exponent, mismatch = choose_m4_exponent(model, calibration, sweep)
     methods = [m.with_value_exp(exponent) if m.name == "M4" else m for m in baselines.ALL_METHODS]
     ref_logits, ref_cls, ref_rms, _, _ = batched_forward(model, images, baselines.PLAIN_AVERAGE,
-                                                         [0] * model.shape.depth, sweep.eval_batch_size)
+                                                         [0] * model.shape.depth, sweep.eval_batch_size,
+                                                         sweep.fused_attention)
     reference = (ref_cls.double(), ref_rms)
     points = []
     jobs = [(m, r) for r in sweep.retentions for m in methods]
     for i, (merge, r) in enumerate(jobs):
-        points.append(sweep_point(model, images, labels, merge, r, reference, sweep.eval_batch_size))
+        points.append(sweep_point(model, images, labels, merge, r, reference, sweep.eval_batch_size,
+                                  sweep.fused_attention))
         if (i + 1) % len(methods) == 0:
             progress((i + 1) / len(jobs), f"merging sweep: r = {r:g} done")
     unmerged_accuracy = float((ref_logits.argmax(-1) == labels).double().mean())

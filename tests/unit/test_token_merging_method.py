@@ -66,7 +66,8 @@ def _equicorrelated_unit_vectors(size: int, rho: float, dim: int = 8) -> torch.T
 
 
 def kappa_check_failures() -> list[str]:
-    """Brief check (a)2 on the library's ``kappa_of_members``; the list of failed cases."""
+    """Acceptance check (a)2 (README, "Acceptance checks") on the library's ``kappa_of_members``; the list of
+    failed cases."""
     eye = torch.eye(4, dtype=F64)
     correlated = _equicorrelated_unit_vectors(4, 0.5)
     cases = {
