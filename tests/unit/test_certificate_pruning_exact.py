@@ -307,7 +307,8 @@ def candidate_configs():
             (cgp(pool=grid, cover=m.grid_covering_radius(2, 8)), "near"),
             (cgp(pool=grid, cover=0.2, samples=mixed, perturb_centres=1, perturb_per_centre=1), "near"),
             (emptied, "near"),
-            (cgp(pool=grid, cover=m.grid_covering_radius(2, 8), noise_sd=0.0, radius_scale=0.0, samples=clean), "near")]
+            (cgp(pool=grid, cover=m.grid_covering_radius(2, 8), noise_sd=0.0, radius_scale=0.0, samples=clean), "near"),
+            (isolated_cgp(0.1), "near"), (isolated_cgp(0.01), "near")]
 
 
 def check_candidates_draw_by_draw() -> None:
@@ -345,11 +346,12 @@ def test_negative_control_candidate_variants_are_caught(monkeypatch, broken):
         check_candidates_draw_by_draw()
 
 
-def isolated_cgp() -> m.CertificateGuidedPruning:
+def isolated_cgp(cover: float | None = None) -> m.CertificateGuidedPruning:
     """A 1-D grid pool of 4 and zero radii: x = 0.125 (mean 1) is the only pool point with U_t = l_t = 1, the
-    others are pruned by the mean-0 samples (U_t = 0 there). The near set at h = 0 is {0.125}, exactly."""
+    others are pruned by the mean-0 samples (U_t = 0 there). The near set at h = 0 is {0.125}, exactly; at
+    h = 0.1 (L h = 1) the threshold l_t - L h is exactly 0: every pool point; at h = 0.01 only 0.125 again."""
     cgp = m.CertificateGuidedPruning(1, m.CGPSettings(lipschitz=10.0, noise_sd=0.0, radius_scale=0.0), seed=0,
-                                     pool=m.grid_pool(1, 4))
+                                     pool=m.grid_pool(1, 4), covering_radius=cover)
     for x, y in ((0.125, 1.0), (0.375, 0.0), (0.625, 0.0), (0.875, 0.0)):
         cgp.tell(np.array([x]), y)
     return cgp
@@ -386,8 +388,10 @@ def check_state_queries() -> None:
     isolated = isolated_cgp()
     assert isolated.lower == 1.0 and isolated._pool_upper.tolist() == [1.0, 0.0, 0.0, 0.0]
     assert isolated.covered_gap(0.0) == 0.0 and isolated.near_fraction(0.0) == 0.25
-    # pools of one point
+    # pools of one point; the grid's centres in row-major order (the last coordinate fastest)
     assert m.grid_pool(2, 1).tolist() == [[0.5, 0.5]] and m.sobol_pool(2, 1, seed=0).shape == (1, 2)
+    assert m.grid_pool(2, 2).tolist() == [[0.25, 0.25], [0.25, 0.75], [0.75, 0.25], [0.75, 0.75]]
+    assert m.grid_pool(3, 2)[1].tolist() == [0.25, 0.25, 0.75] and m.grid_pool(3, 2).shape == (8, 3)
     # the probes of the covering-radius estimate come from the seed
     pool = m.grid_pool(2, 3)
     probes = np.random.default_rng(7).random((300, 2))
@@ -605,13 +609,14 @@ def test_negative_control_open_ball_is_caught(monkeypatch):
         test_hybrid_local_fit_uses_the_closed_ball_and_a_closed_tolerance()
 
 
-def told_trust_region(**kw) -> m.TrustRegionCGP:
+def told_trust_region(face: float = 0.0, **kw) -> m.TrustRegionCGP:
     """Box = the whole cube (side 1 around the incumbent (0.5, 0.5)), with samples on its faces x = 0 and x = 1:
-    the steepest pair, (0.0, 0.5) against the incumbent, sets the local slope."""
+    the steepest pair, (face, 0.5) against the incumbent, sets the local slope."""
     settings = m.CGPSettings(lipschitz=10.0, noise_sd=0.01, pool_size=16)
     tr = m.TrustRegionCGP(2, settings, seed=3, state=m.TrustRegionState(side=1.0, success_tol=50, failure_tol=50),
                           **kw)
-    for x, y in (((0.5, 0.5), 1.0), ((0.5, 0.5), 1.0), ((0.0, 0.5), 0.2), ((1.0, 0.3), 0.6), ((0.6, 0.6), 0.9)):
+    for x, y in (((0.5, 0.5), 1.0), ((0.5, 0.5), 1.0), ((face, 0.5), 0.2), ((1.0 - face, 0.3), 0.6),
+                 ((0.6, 0.6), 0.9)):
         tr.tell(np.array(x), y)
     return tr
 
@@ -638,16 +643,27 @@ def tr_ask_by_hand(tr, draws: int) -> tuple[np.ndarray, float, float]:
 def check_trust_region() -> None:
     fresh = m.TrustRegionCGP(2, m.CGPSettings(lipschitz=10.0, noise_sd=0.01), seed=3)
     assert (fresh.local_points, fresh.local_active_fraction, fresh.local_lipschitz) == (256, 1.0, 10.0)
-    tr = told_trust_region(local_points=64)
-    assert tr.box()[0].tolist() == [0.0, 0.0] and tr.box()[1].tolist() == [1.0, 1.0]
-    for draws in (0, 1):
-        want_x, want_l, want_fraction = tr_ask_by_hand(tr, draws)
-        x = tr.ask()
-        assert np.allclose(x, want_x, rtol=0, atol=1e-12) and tr.local_lipschitz == pytest.approx(want_l, abs=1e-12)
-        assert tr.local_active_fraction == want_fraction
-    assert 2.0 < tr.local_lipschitz < 10.0   # non-degenerate: set by the face sample, not by the floor or L
-    # recommend: the largest mu - c (the incumbent, counted twice), not the largest mu + c
-    assert tr.recommend().tolist() == [0.5, 0.5]
+    for face in (0.0, 1.0):
+        tr = told_trust_region(face, local_points=64)
+        assert tr.box()[0].tolist() == [0.0, 0.0] and tr.box()[1].tolist() == [1.0, 1.0]
+        for draws in (0, 1):
+            want_x, want_l, want_fraction = tr_ask_by_hand(tr, draws)
+            x = tr.ask()
+            assert np.allclose(x, want_x, rtol=0, atol=1e-12)
+            assert tr.local_lipschitz == pytest.approx(want_l, abs=1e-12)
+            assert tr.local_active_fraction == want_fraction
+        assert 2.0 < tr.local_lipschitz < 10.0   # non-degenerate: set by the face sample, not by the floor or L
+    # a box of side 0: every local point is the incumbent, whose U_t equals l_t (zero radii): all active
+    flat = m.TrustRegionCGP(1, m.CGPSettings(lipschitz=2.0, noise_sd=0.0, radius_scale=0.0), seed=0,
+                            state=m.TrustRegionState(side=0.0, min_side=0.0))
+    for x, y in ((0.4, 1.0), (0.9, 0.99)):  # consistent with the floor L = 0.1 of the local constant
+        flat.tell(np.array([x]), y)
+    assert flat.ask().tolist() == [0.4] and flat.local_active_fraction == 1.0
+    # recommend: the largest mu - c, not the largest mu + c (0.6 four times beats 0.2 once with a higher mean)
+    noisy = m.TrustRegionCGP(1, m.CGPSettings(lipschitz=1.0, noise_sd=0.5), seed=0)
+    for x, y in ((0.2, 1.0), (0.6, 0.95), (0.6, 0.85), (0.6, 0.9), (0.6, 0.9)):
+        noisy.tell(np.array([x]), y)
+    assert noisy.recommend().tolist() == [0.6]
     # the improvement rule at its threshold: best + 1e-3 max(1, |best|), strictly
     for best, y, improved in ((2.0, 2.0 + 1e-3 * 2.0, False), (0.5, 0.5015, True), (0.5, 0.501, False)):
         rule = m.TrustRegionCGP(1, m.CGPSettings(lipschitz=1.0, noise_sd=0.0), seed=0,
