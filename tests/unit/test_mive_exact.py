@@ -47,3 +47,224 @@ def test_negative_control_losses_and_hue(monkeypatch, broken):
             hue % 361.0, saturation, value))
     with pytest.raises(AssertionError):
         check_losses_and_hue_exact()
+
+
+# Fourth pass (2026-12-02): survivors of the second pass's full run in the metrics, probes, position codes and the
+# sampler: batches of more than one clip, per-dimension means that differ, boundaries hit exactly ------------------
+
+import math  # noqa: E402
+
+CHECK_FAILED = (AssertionError, RuntimeError, ValueError, IndexError, TypeError)
+F64 = torch.float64
+
+
+def two_clips():
+    """Two clips (N = 2), T = 2 frames of 3 x 4 pixels, K = 2 objects; clip 0 edits object 0 (top-left block),
+    clip 1 edits object 1 (bottom-right block) by exactly half its true change, and spills half onto object 0."""
+    n, t, h, w = 2, 2, 3, 4
+    masks = torch.zeros(n, 2, t, h, w, dtype=torch.bool)
+    masks[:, 0, :, :2, :2] = True
+    masks[:, 1, :, 1:, 2:] = True
+    source = torch.zeros(n, t, h, w, 3, dtype=F64)
+    target = source.clone()
+    edited = source.clone()
+    target[0][masks[0, 0]] = 0.6
+    edited[0][masks[0, 0]] = 0.45
+    target[1][masks[1, 1]] = 0.8
+    edited[1][masks[1, 1]] = 0.4       # change 0.4 = tau = 0.5 * 0.8: a hit at equality
+    edited[1][masks[1, 0]] = 0.4       # object 0 changed by 0.4 = tau: a spill at equality
+    return source, target, edited, masks
+
+
+def check_metrics_exact() -> None:
+    source, target, edited, masks = two_clips()
+    change = method.object_change(edited, source, masks)
+    assert torch.allclose(change, torch.tensor([[0.45, 0.0], [0.4, 0.4]], dtype=F64), rtol=0, atol=1e-15)
+    assert method.target_selected(edited, source, target, masks, torch.tensor([0, 1])).tolist() == [True, False]
+    clean = edited.clone()
+    clean[1][masks[1, 0]] = 0.0        # no spill: clip 1 is selected, at equality (>=)
+    assert method.target_selected(clean, source, target, masks, torch.tensor([0, 1])).tolist() == [True, True]
+    # masked mean colour and the MSE outside the edit mask, per clip
+    rgb = method.masked_mean_rgb(edited, masks[:, 1])
+    assert torch.allclose(rgb, torch.tensor([[0.0] * 3, [0.4] * 3], dtype=F64), rtol=0, atol=1e-15)
+    keep = ~masks[:, 0]
+    mse = method.unedited_mse(edited, target, masks[:, 0])
+    by_hand = [float((((edited[i] - target[i]) ** 2) * keep[i][..., None]).sum() / (3 * keep[i].sum()))
+               for i in range(2)]
+    assert mse.tolist() == pytest.approx(by_hand, abs=1e-15) and by_hand[1] > 0
+    # change centroid vs mask centroid, per clip, averaged over frames: clip 0's change sits on its mask (0);
+    # clip 1 changes both objects equally: centroid (1.0, 1.5) vs the mask's (1.5, 2.5) in every frame
+    drift = method.change_centroid_drift(edited, source, masks[:, 1])
+    assert drift.tolist() == pytest.approx([math.hypot(0.5 - 1.5, 0.5 - 2.5), math.hypot(0.5, 1.0)], abs=1e-12)
+    # a frame whose change mass is below 1 (a faint edit), and a frame with an empty mask (centroid 0)
+    faint = source.clone()
+    faint[0, 0, 2, 3] = 0.1
+    faint[0, 1, 0, 1] = 0.2
+    empty = torch.zeros_like(masks[:, 0])
+    empty[0, 0, 2, 3] = True
+    drift = method.change_centroid_drift(faint, source, empty)
+    assert drift[0] == pytest.approx(0.5 * (0.0 + math.hypot(0.0, 1.0)), abs=1e-12) and drift[1] == 0.0
+
+
+def test_metrics_exact_on_two_clips():
+    check_metrics_exact()
+
+
+@pytest.mark.parametrize("broken", ["strict_hit", "pooled_spill", "pooled_mse", "pooled_centroid",
+                                    "mask_floor_one"])
+def test_negative_control_metric_variants_are_caught(monkeypatch, broken):
+    real_select, real_mse, real_drift, real_rgb = (method.target_selected, method.unedited_mse,
+                                                   method.change_centroid_drift, method.masked_mean_rgb)
+    if broken == "strict_hit":
+        monkeypatch.setattr(method, "target_selected", lambda e, s, t, m, k: real_select(
+            e - 1e-9 * (e != s), s, t, m, k))
+    elif broken == "pooled_spill":
+        monkeypatch.setattr(method, "target_selected", lambda e, s, t, m, k: (lambda sel: sel & sel.all())(
+            real_select(e, s, t, m, k)))
+    elif broken == "pooled_mse":
+        monkeypatch.setattr(method, "unedited_mse", lambda e, t, m: real_mse(e, t, m).mean().expand(len(e)))
+    elif broken == "pooled_centroid":
+        monkeypatch.setattr(method, "change_centroid_drift", lambda e, s, m: real_drift(e, s, m).mean().expand(len(e)))
+    else:
+        monkeypatch.setattr(method, "masked_mean_rgb", lambda c, m: (c * m.to(c.dtype)[..., None]).sum((1, 2, 3))
+                            / m.to(c.dtype)[..., None].sum((1, 2, 3)).clamp_min(1) * 0 + real_rgb(c, m) * 0.5)
+    with pytest.raises(CHECK_FAILED):
+        check_metrics_exact()
+
+
+def check_probes_and_codes_exact() -> None:
+    # between-clip spread: tokens with per-dimension means 10 and -3 and an RMS below 1 after centring
+    features = torch.tensor([[0.1, 0.2], [0.3, -0.2], [0.2, 0.0]], dtype=F64)
+    tokens = torch.tensor([[10.1, -3.2], [9.9, -2.8], [10.0, -3.0], [10.2, -3.1]], dtype=F64)
+    spread = float(features.std(0).mean())
+    centred = tokens - tokens.mean(0)
+    assert method.between_clip_spread(features, tokens) == pytest.approx(
+        spread / float(centred.pow(2).mean().sqrt()), rel=1e-14)
+    assert float(centred.pow(2).mean().sqrt()) < 1
+    # R^2 pooled over columns with different column means
+    target = torch.tensor([[1.0, 10.0], [2.0, 12.0], [4.0, 11.0]], dtype=F64)
+    predicted = torch.tensor([[1.5, 10.5], [2.0, 11.0], [3.0, 11.5]], dtype=F64)
+    ss_tot = ((target - target.mean(0)) ** 2).sum()
+    assert method.r_squared(predicted, target) == pytest.approx(
+        1 - float(((target - predicted) ** 2).sum() / ss_tot), abs=1e-15)
+    # standardise: the sd floor is 1e-12 times the largest sd (here 0.01), not 1e-12
+    x_fit = torch.tensor([[0.0, 1.0], [0.02, 1.0 + 4e-13], [0.01, 1.0 - 4e-13]], dtype=F64)
+    z_fit, _ = method.standardise(x_fit, x_fit)
+    sd = x_fit.std(0)
+    assert float(sd[1]) < 1e-12 and float(sd[1]) > 1e-12 * float(sd[0])
+    assert z_fit[:, 1].tolist() == pytest.approx(((x_fit[:, 1] - x_fit[:, 1].mean()) / sd[1]).tolist(), rel=1e-9)
+    # a ridge classifier on unbalanced classes (4 vs 2), whose per-class intercepts differ: the test points near
+    # the boundary (between 5.6 and 5.65 here) are classified right only with + b
+    x_train = torch.tensor([[5.0], [5.1], [5.2], [5.3], [6.0], [6.1]], dtype=F64)
+    labels = torch.tensor([0, 0, 0, 0, 1, 1])
+    x_test = torch.tensor([[5.2], [5.45], [5.55], [5.9]], dtype=F64)
+    assert method.ridge_probe_accuracy(x_train, labels, x_test, torch.tensor([0, 0, 0, 1]), 2, 0.1) == 1.0
+    # position and timestep codes, width 8: w_k = 10000^(-k / 2) and exp(-ln(10000) k / 4)
+    codes = method.sincos_2d(40, 8)
+    for p, (row, col) in ((0, (0, 0)), (1, (0, 1)), (40, (1, 0)), (40 * 39 + 38, (39, 38))):
+        want = [math.sin(row), math.sin(row / 100), math.cos(row), math.cos(row / 100),
+                math.sin(col), math.sin(col / 100), math.cos(col), math.cos(col / 100)]
+        assert codes[p].tolist() == pytest.approx(want, abs=1e-6)
+    emb = method.timestep_embedding(torch.tensor([0.3, 0.7]), 8)
+    freqs = [math.exp(-math.log(10000.0) * k / 4) for k in range(4)]
+    want = [[math.cos(1000 * t * f) for f in freqs] + [math.sin(1000 * t * f) for f in freqs] for t in (0.3, 0.7)]
+    assert emb.flatten().tolist() == pytest.approx(sum(want, []), abs=2e-4)  # float32 angles up to 700 rad
+    assert emb[0, 1].item() == pytest.approx(math.cos(300 * freqs[1]), abs=1e-5)
+    # layer indices: -n_states is the first state
+    assert method.resolve_layers([-5, 4], 5) == (0, 4)
+    # hue stays in [0, 360): a tiny negative (g - b) / delta wraps to 6 and must map to 0
+    assert float(method.rgb_to_hue(torch.tensor([1.0, 0.0, 1e-17], dtype=F64))) == 0.0
+    # hue of a batch of rows of pixels (N, M, 3)
+    rgb = torch.tensor([[[1.0, 0.0, 0.0], [0.0, 1.0, 0.0], [0.0, 0.0, 1.0], [1.0, 1.0, 0.0]]] * 2, dtype=F64)
+    assert method.rgb_to_hue(rgb).tolist() == [[0.0, 120.0, 240.0, 60.0]] * 2
+
+
+def test_probes_codes_and_colour_exact():
+    check_probes_and_codes_exact()
+
+
+@pytest.mark.parametrize("broken", ["global_token_mean", "r2_global_mean", "absolute_sd_floor", "no_intercept",
+                                    "codes_base_10001", "hue_mod_361", "open_layer_range"])
+def test_negative_control_probe_variants_are_caught(monkeypatch, broken):
+    if broken == "global_token_mean":
+        monkeypatch.setattr(method, "between_clip_spread", lambda f, a: float(f.double().std(0).mean() / (
+            a.double() - a.double().mean()).pow(2).mean().sqrt()))
+    elif broken == "r2_global_mean":
+        monkeypatch.setattr(method, "r_squared",
+                            lambda p, t: float(1 - ((t - p) ** 2).sum() / ((t - t.mean()) ** 2).sum()))
+    elif broken == "absolute_sd_floor":
+        monkeypatch.setattr(method, "standardise", lambda a, b: (
+            (a.double() - a.double().mean(0)) / a.double().std(0).clamp_min(1e-12),
+            (b.double() - a.double().mean(0)) / a.double().std(0).clamp_min(1e-12)))
+    elif broken == "no_intercept":
+        real_fit = method.ridge_fit
+        monkeypatch.setattr(method, "ridge_fit", lambda x, y, r: (real_fit(x, y, r)[0], -real_fit(x, y, r)[1]))
+    elif broken == "codes_base_10001":
+        monkeypatch.setattr(method, "sincos_2d", lambda g, w: torch.cat([
+            (lambda a: torch.cat([a.sin(), a.cos()], 1))(p.reshape(-1, 1) * (1.0 / 10001.0 ** (torch.arange(w // 4)
+                                                                                               / (w // 4)))[None])
+            for p in torch.meshgrid(torch.arange(g, dtype=torch.float32), torch.arange(g, dtype=torch.float32),
+                                    indexing="ij")], 1))
+    elif broken == "hue_mod_361":
+        real_hue = method.rgb_to_hue
+        monkeypatch.setattr(method, "rgb_to_hue", lambda rgb: torch.where(real_hue(rgb) == 0, 360.0,
+                                                                          real_hue(rgb)) % 361.0)
+    else:
+        real_layers = method.resolve_layers
+        monkeypatch.setattr(method, "resolve_layers", lambda layers, n: real_layers(
+            [i if i > -n else n + 1 for i in layers], n))
+    with pytest.raises(CHECK_FAILED):
+        check_probes_and_codes_exact()
+
+
+def check_sampler_and_weights() -> None:
+    # one Euler step is allowed; t is the batch's, in the noise's dtype (float64: t = 1 - k/3 exactly as in float64)
+    noise = torch.tensor([[1.0, -2.0], [0.5, 0.25], [3.0, 1.0]], dtype=F64)
+    seen = []
+
+    def velocity(x, t):
+        seen.append(t.clone())
+        return x * t[:, None]
+    assert torch.allclose(method.euler_sample(velocity, noise, 1), noise - noise * 1.0, atol=0)
+    seen.clear()
+    x = noise
+    for k in range(3):
+        x = x - (1 / 3) * x * (1.0 - k / 3)
+    assert torch.equal(method.euler_sample(velocity, noise, 3), x)
+    assert [s.dtype for s in seen] == [F64] * 3 and [tuple(s.shape) for s in seen] == [(3,)] * 3
+    # velocity from x0_hat on a 3-D batch with one t per row
+    noisy = torch.arange(24, dtype=F64).reshape(3, 2, 4) / 10
+    x0_hat = torch.ones(3, 2, 4, dtype=F64)
+    t = torch.tensor([0.5, 0.25, 0.0], dtype=F64)
+    v = method.velocity_from_x0(noisy, x0_hat, t)
+    assert v.shape == (3, 2, 4)
+    assert torch.allclose(v, (noisy - x0_hat) / torch.tensor([0.5, 0.25, 1e-3], dtype=F64)[:, None, None], atol=1e-12)
+    # float32 weights (not dyadic) are summed in the error's dtype
+    x0 = torch.tensor([[0.5, -1.0], [2.0, 0.25]], dtype=F64)
+    pred = torch.tensor([[0.25, 1.0], [-2.0, 1.0]], dtype=F64)
+    weight = torch.tensor([[0.1, 0.3], [0.7, 0.2]])
+    err = (pred - x0) ** 2
+    w64 = weight.double()
+    assert float(method.x0_matching_loss(pred, x0, weight)) == float((w64 * err).sum() / w64.sum())
+    zero = torch.zeros_like(x0)
+    err = (pred - (zero - x0)) ** 2
+    assert float(method.flow_matching_loss(pred, x0, zero, weight)) == float((w64 * err).sum() / w64.sum())
+
+
+def test_sampler_velocity_and_weighted_losses_exact():
+    check_sampler_and_weights()
+
+
+@pytest.mark.parametrize("broken", ["float32_t", "two_step_minimum", "weights_in_float32"])
+def test_negative_control_sampler_variants_are_caught(monkeypatch, broken):
+    real_euler, real_x0 = method.euler_sample, method.x0_matching_loss
+    if broken == "float32_t":
+        monkeypatch.setattr(method, "euler_sample", lambda v, noise, steps: real_euler(
+            lambda x, t: v(x, t.float()), noise, steps))
+    elif broken == "two_step_minimum":
+        monkeypatch.setattr(method, "euler_sample", lambda v, noise, steps: real_euler(v, noise, max(steps, 2)))
+    else:
+        monkeypatch.setattr(method, "x0_matching_loss", lambda x0_hat, x0, weight=None: real_x0(x0_hat, x0) if weight
+                            is None else ((weight * (x0_hat - x0) ** 2).sum() / weight.sum()).double())
+    with pytest.raises(CHECK_FAILED):
+        check_sampler_and_weights()
