@@ -268,3 +268,125 @@ def test_negative_control_sampler_variants_are_caught(monkeypatch, broken):
                             is None else ((weight * (x0_hat - x0) ** 2).sum() / weight.sum()).double())
     with pytest.raises(CHECK_FAILED):
         check_sampler_and_weights()
+
+
+# The modules, written out: attention with two heads, the cross-attention block with non-zero adaLN, the condition
+# tokens and EditDiT's forward with a non-zero head (at init the head is zero and hides every sign), the layer
+# norms without affine parameters (adaLN supplies scale and shift), the position buffers kept out of state_dict ----
+
+import torch.nn.functional as F  # noqa: E402
+
+
+def attention_by_hand(att, x, context):
+    b, n, w = x.shape
+    heads, hd = att.heads, w // att.heads
+    q = att.q(x).view(b, n, heads, hd).transpose(1, 2)
+    kv = att.kv(context).view(b, context.shape[1], 2, heads, hd)
+    k, v = kv[:, :, 0].transpose(1, 2), kv[:, :, 1].transpose(1, 2)
+    y = torch.softmax(q @ k.transpose(-1, -2) / math.sqrt(hd), dim=-1) @ v
+    return att.out(y.transpose(1, 2).reshape(b, n, w))
+
+
+def ln(x):
+    return F.layer_norm(x, x.shape[-1:])
+
+
+def block_by_hand(block, video, cond, time):
+    s1, g1, b1, s2, g2, b2 = block.ada(F.silu(time)).chunk(6, dim=-1)
+
+    def mlp(x):
+        return block.mlp[2](F.gelu(block.mlp[0](x)))
+    h = ln(video) * (1 + s1[:, None]) + b1[:, None]
+    video = video + (1 + g1[:, None]) * attention_by_hand(block.attn, h, h)
+    video = video + attention_by_hand(block.cross, block.ln_cross(video), cond)
+    video = video + (1 + g2[:, None]) * mlp(ln(video) * (1 + s2[:, None]) + b2[:, None])
+    return video, cond
+
+
+def check_modules_written_out() -> None:
+    torch.manual_seed(3)
+    att = method._MultiHeadAttention(8, 2)
+    x, ctx = torch.randn(2, 5, 8), torch.randn(2, 3, 8)
+    assert torch.allclose(att(x, ctx), attention_by_hand(att, x, ctx), atol=1e-5)
+    block = method.DiTBlock(8, 2, "cross")
+    torch.nn.init.normal_(block.ada.weight, std=0.3)
+    torch.nn.init.normal_(block.ada.bias, std=0.3)
+    video, cond, time = torch.randn(2, 5, 8), torch.randn(2, 3, 8), torch.randn(2, 8)
+    got, cond_out = block(video, cond, time)
+    want, _ = block_by_hand(block, video, cond, time)
+    assert torch.allclose(got, want, atol=1e-5) and torch.equal(cond_out, cond)
+    for norm in (block.ln1, block.ln2):
+        assert not list(norm.parameters())
+    # condition tokens: LN -> Linear -> GELU -> Linear, plus a per-layer embedding drawn N(0, 0.5^2) after the MLPs
+    torch.manual_seed(4)
+    tokens = method.ConditionTokens(in_width=6, width=8, n_layers=2)
+    torch.manual_seed(4)
+    for _ in range(2):
+        torch.nn.Linear(6, 8), torch.nn.Linear(8, 8)
+    assert torch.equal(tokens.layer_embedding.data, torch.randn(2, 8) * 0.5)
+    states = [torch.randn(2, 3, 6), torch.randn(2, 4, 6)]
+    want = torch.cat([m[3](F.gelu(m[1](ln(h)))) + tokens.layer_embedding[i]
+                      for i, (m, h) in enumerate(zip(tokens.mlps, states, strict=True))], dim=1)
+    assert torch.allclose(tokens(states), want, atol=1e-6)
+    # EditDiT with the default grid 4 and 2 condition frames, a non-zero head: the forward written out
+    torch.manual_seed(5)
+    model = method.EditDiT(patch_dim=6, n_video_tokens=16, cond_width=5, n_cond_layers=2, width=8, depth=1,
+                           heads=2, attention="cross")
+    assert model.cond_position.shape == (1, 32, 8) and model.position.shape == (1, 16, 8)
+    assert "position" not in model.state_dict() and "cond_position" not in model.state_dict()
+    assert not list(model.norm.parameters())
+    torch.nn.init.normal_(model.head.weight, std=0.3)
+    for blk in model.blocks:
+        torch.nn.init.normal_(blk.ada.weight, std=0.3)
+    noisy, source, t = torch.randn(2, 16, 6), torch.randn(2, 16, 6), torch.tensor([0.3, 0.8])
+    states = [torch.randn(2, 40, 5), torch.randn(2, 10, 5)]
+    video = model.embed(torch.cat([noisy, source], dim=-1)) + model.position
+    positions = model.condition_positions(states)
+    assert torch.equal(positions[0, :32], model.cond_position[0]) and positions[0, 32:40].abs().sum() == 0
+    cond = model.condition(states) + positions
+    tm = model.time_mlp
+    time = tm[2](F.silu(tm[0](method.timestep_embedding(t, 8))))
+    for blk in model.blocks:
+        video, cond = block_by_hand(blk, video, cond, time)
+    assert torch.allclose(model(noisy, source, t, states), model.head(ln(video)), atol=1e-5)
+
+
+def test_modules_equal_their_forward_written_out():
+    check_modules_written_out()
+
+
+@pytest.mark.parametrize("broken", ["single_head_layout", "minus_position", "affine_norms", "persistent_codes"])
+def test_negative_control_module_variants_are_caught(monkeypatch, broken):
+    if broken == "single_head_layout":
+        real = method._MultiHeadAttention.forward
+
+        def scrambled(self, x, context):
+            out = real(self, x, context)
+            return out.flip(1)
+        monkeypatch.setattr(method._MultiHeadAttention, "forward", scrambled)
+    elif broken == "minus_position":
+        real_fwd = method.EditDiT.forward
+
+        def minus(self, noisy, source, t, states):
+            self.position.mul_(-1)
+            try:
+                return real_fwd(self, noisy, source, t, states)
+            finally:
+                self.position.mul_(-1)
+        monkeypatch.setattr(method.EditDiT, "forward", minus)
+    elif broken == "affine_norms":
+        real_init = method.DiTBlock.__init__
+
+        def affine(self, width, heads, attention):
+            real_init(self, width, heads, attention)
+            self.ln1 = torch.nn.LayerNorm(width)
+        monkeypatch.setattr(method.DiTBlock, "__init__", affine)
+    else:
+        real_init = method.EditDiT.__init__
+
+        def persistent(self, *args, **kw):
+            real_init(self, *args, **kw)
+            self.register_buffer("position", self.position.clone(), persistent=True)
+        monkeypatch.setattr(method.EditDiT, "__init__", persistent)
+    with pytest.raises(CHECK_FAILED):
+        check_modules_written_out()
