@@ -170,6 +170,14 @@ def check_probes_and_codes_exact() -> None:
     want = [[math.cos(1000 * t * f) for f in freqs] + [math.sin(1000 * t * f) for f in freqs] for t in (0.3, 0.7)]
     assert emb.flatten().tolist() == pytest.approx(sum(want, []), abs=2e-4)  # float32 angles up to 700 rad
     assert emb[0, 1].item() == pytest.approx(math.cos(300 * freqs[1]), abs=1e-5)
+    # the centred ridge fit is exact under a large shift of y (y in 1/16 steps: exact at 1e8 too); an uncentred or
+    # wrongly centred y leaves ~1e-8 of rounding in W
+    gen = torch.Generator().manual_seed(0)
+    x = torch.randn(50, 3, generator=gen, dtype=F64) * 0.7 + 0.3
+    y = (torch.randint(-40, 40, (50, 2), generator=gen) / 16).double()
+    w0, b0 = method.ridge_fit(x, y, 0.1)
+    w1, b1 = method.ridge_fit(x, y + 1e8, 0.1)
+    assert torch.allclose(w1, w0, rtol=0, atol=1e-12) and torch.allclose(b1 - 1e8, b0, rtol=0, atol=1e-6)
     # layer indices: -n_states is the first state
     assert method.resolve_layers([-5, 4], 5) == (0, 4)
     # hue stays in [0, 360): a tiny negative (g - b) / delta wraps to 6 and must map to 0
@@ -184,7 +192,7 @@ def test_probes_codes_and_colour_exact():
 
 
 @pytest.mark.parametrize("broken", ["global_token_mean", "r2_global_mean", "absolute_sd_floor", "no_intercept",
-                                    "codes_base_10001", "hue_mod_361", "open_layer_range"])
+                                    "codes_base_10001", "hue_mod_361", "open_layer_range", "uncentred_y"])
 def test_negative_control_probe_variants_are_caught(monkeypatch, broken):
     if broken == "global_token_mean":
         monkeypatch.setattr(method, "between_clip_spread", lambda f, a: float(f.double().std(0).mean() / (
@@ -209,6 +217,13 @@ def test_negative_control_probe_variants_are_caught(monkeypatch, broken):
         real_hue = method.rgb_to_hue
         monkeypatch.setattr(method, "rgb_to_hue", lambda rgb: torch.where(real_hue(rgb) == 0, 360.0,
                                                                           real_hue(rgb)) % 361.0)
+    elif broken == "uncentred_y":
+        def uncentred(x, y, r):  # xc.T @ y without removing y's mean (equal in exact arithmetic)
+            x64, y64 = x.double(), y.double()
+            xc = x64 - x64.mean(0)
+            w = torch.linalg.solve(xc.T @ xc + r * torch.eye(x.shape[1], dtype=F64), xc.T @ y64)
+            return w, y64.mean(0) - x64.mean(0) @ w
+        monkeypatch.setattr(method, "ridge_fit", uncentred)
     else:
         real_layers = method.resolve_layers
         monkeypatch.setattr(method, "resolve_layers", lambda layers, n: real_layers(
