@@ -373,3 +373,106 @@ def test_train_s2t_local_reports_every_step():
                                  on_step=lambda step, total: seen.append((step, total)))
     assert seen == [(step, 6) for step in range(1, 7)]  # ceil(5 / 2) = 3 steps per epoch, 2 epochs
     assert len(log.total) == 6 and not model.training
+
+
+# Fourth pass (2026-12-02): the chance level of hit@k (C1b) by enumeration, its correction, and the frozen-body
+# helpers of S2T-Local (issue 18), checked here so that `method exact` covers them ------------------------------
+
+def hit_probability_by_enumeration(valid: set[int], target: int, k: int, vocab: int) -> float:
+    """Every order that lists the valid tokens first (each block uniformly permuted), counted."""
+    import itertools
+
+    inside, outside = sorted(valid), sorted(set(range(vocab)) - valid)
+    hits = total = 0
+    for a in itertools.permutations(inside):
+        for b in itertools.permutations(outside):
+            hits += target in (a + b)[:k]
+            total += 1
+    return hits / total
+
+
+def check_chance_level() -> None:
+    vocab = 5
+    for n in range(1, vocab + 1):
+        valid = set(range(n))
+        for target in (0, vocab - 1):
+            if target not in valid and n == vocab:
+                continue
+            for k in range(0, vocab + 2):
+                want = hit_probability_by_enumeration(valid, target, k, vocab)
+                assert method.random_ranking_hit_probability(n, target in valid, k, vocab) == pytest.approx(
+                    want, abs=1e-12), (n, target, k)
+    for bad in ((0, True, 1, 5), (6, True, 1, 5), (3, True, -1, 5), (5, False, 1, 5)):
+        with pytest.raises(ValueError):
+            method.random_ranking_hit_probability(*bad)
+    assert method.random_ranking_hit_probability(5, True, 0, 5) == 0.0
+    # the correction: (hit - chance) / (1 - chance); chance 0 leaves hit; no headroom (chance 1) is NaN
+    assert method.chance_corrected_hit(0.9, 0.6) == pytest.approx(0.75, abs=1e-15)
+    assert method.chance_corrected_hit(0.3, 0.0) == 0.3
+    assert math.isnan(method.chance_corrected_hit(1.0, 1.0))
+
+
+def test_chance_level_of_hit_at_k_by_enumeration():
+    check_chance_level()
+
+
+@pytest.mark.parametrize("broken", ["invalid_target_uniform_over_vocab", "k_minus_one", "headroom_ignored",
+                                    "accepts_k_negative"])
+def test_negative_control_chance_level_variants_are_caught(monkeypatch, broken):
+    real = method.random_ranking_hit_probability
+    if broken == "invalid_target_uniform_over_vocab":
+        monkeypatch.setattr(method, "random_ranking_hit_probability",
+                            lambda n, valid, k, v: real(n, valid, k, v) if valid else min(k, v) / v)
+    elif broken == "k_minus_one":
+        monkeypatch.setattr(method, "random_ranking_hit_probability",
+                            lambda n, valid, k, v: real(n, valid, max(k - 1, 0), v))
+    elif broken == "headroom_ignored":
+        monkeypatch.setattr(method, "chance_corrected_hit", lambda hit, chance: hit - chance)
+    else:
+        monkeypatch.setattr(method, "random_ranking_hit_probability",
+                            lambda n, valid, k, v: real(n, valid, max(k, 0), v))
+    with pytest.raises((AssertionError, pytest.fail.Exception, ValueError)):
+        check_chance_level()
+
+
+def check_frozen_body_helpers() -> None:
+    model = _tiny_model()
+    head = method.output_layer(model)
+    model.transformer.wpe.weight.requires_grad_(False)        # already frozen: not returned, left frozen
+    frozen = method.freeze_body(model)
+    head_ids = {id(p) for p in head.parameters()}
+    body = [p for p in model.parameters() if id(p) not in head_ids]
+    assert {id(p) for p in frozen} == {id(p) for p in body} - {id(model.transformer.wpe.weight)}
+    assert all(not p.requires_grad for p in body) and all(p.requires_grad for p in head.parameters())
+    before = {name: p.detach().clone() for name, p in model.named_parameters()}
+    assert method.body_change(before, model) == 0.0
+    with torch.no_grad():
+        model.transformer.h[0].mlp.c_fc.weight[1, 2] += 0.25
+        model.transformer.ln_f.bias[3] -= 0.5
+        head.weight[0, 0] += 10.0                               # the head's change does not count
+    assert method.body_change(before, model) == pytest.approx(0.5, abs=1e-7)
+
+
+def test_freeze_body_and_body_change_exact():
+    check_frozen_body_helpers()
+
+
+@pytest.mark.parametrize("broken", ["head_counted", "first_change_only", "head_frozen_too"])
+def test_negative_control_frozen_body_variants_are_caught(monkeypatch, broken):
+    real_change, real_freeze = method.body_change, method.freeze_body
+    if broken == "head_counted":
+        monkeypatch.setattr(method, "body_change", lambda before, model: max(
+            float((p.detach() - before[n]).abs().max()) for n, p in model.named_parameters()))
+    elif broken == "first_change_only":
+        monkeypatch.setattr(method, "body_change", lambda before, model: next(
+            (float((p.detach() - before[n]).abs().max()) for n, p in model.named_parameters()
+             if float((p.detach() - before[n]).abs().max()) > 0), 0.0) * 0.5 if real_change(before, model) else 0.0)
+    else:
+        def everything(model):
+            out = real_freeze(model)
+            for p in method.output_layer(model).parameters():
+                p.requires_grad_(False)
+            return out
+        monkeypatch.setattr(method, "freeze_body", everything)
+    with pytest.raises(AssertionError):
+        check_frozen_body_helpers()
