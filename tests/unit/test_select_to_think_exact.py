@@ -8,6 +8,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 
+import numpy as np
 import pytest
 import torch
 
@@ -476,3 +477,89 @@ def test_negative_control_frozen_body_variants_are_caught(monkeypatch, broken):
         monkeypatch.setattr(method, "freeze_body", everything)
     with pytest.raises(AssertionError):
         check_frozen_body_helpers()
+
+
+def check_defaults_boundaries_and_actions() -> None:
+    gen = torch.Generator().manual_seed(7)
+    slm = torch.randn(3, 100, generator=gen)
+    llm = torch.randn(3, 100, generator=gen)
+    # the support defaults to 64 tokens (vocabulary 100)
+    assert torch.equal(method.kl_on_support(slm, llm), method.kl_on_support(slm, llm, 64))
+    assert not torch.equal(method.kl_on_support(slm, llm, 65), method.kl_on_support(slm, llm, 64))
+    assert torch.equal(method.entropy_on_support(slm), method.entropy_on_support(slm, 64))
+    assert not torch.equal(method.entropy_on_support(slm, 65), method.entropy_on_support(slm, 64))
+    # ratio candidates: default r = 0.1, strictly above r * p_max, per row of a (2, 3) batch
+    logits = torch.log(torch.tensor([[0.5, 0.04, 0.46], [0.2, 0.7, 0.1]]))
+    assert method.ratio_candidates(logits).tolist() == [[True, False, True], [True, True, True]]
+    assert method.ratio_candidates(logits, 1.0).tolist() == [[False] * 3] * 2
+    # calibration: a float32 tensor's quantile is taken in float64; quantiles 0 and 1 are refused
+    scores = torch.tensor([0.1, 0.7, 0.2, 0.35])
+    assert method.calibrate_threshold(scores, 0.9) == float(np.quantile(scores.numpy().astype(np.float64), 0.9))
+    for q in (0.0, 1.0, 1.5):
+        with pytest.raises(ValueError, match="quantile"):
+            method.calibrate_threshold(scores, q)
+    # the random trigger draws from the given generator, and fires strictly below the rate
+    draws = torch.rand(4, generator=torch.Generator().manual_seed(11))
+    fired = method.random_trigger(4, 0.5, 5, 3, torch.Generator().manual_seed(11))
+    assert fired.tolist() == (draws < 0.5).tolist()
+    tie = float(torch.rand(1, generator=torch.Generator().manual_seed(12))[0])
+    assert method.random_trigger(1, tie, 5, 3, torch.Generator().manual_seed(12)).tolist() == [False]
+    # actions at a trigger on a batch of two rows
+    prefixes = torch.tensor([[1, 2, 3], [4, 5, 6]])
+    slm2, llm2 = torch.randn(2, 12, generator=gen), torch.randn(2, 12, generator=gen)
+    greedy = method.act_at_trigger(None, prefixes, slm2, None, method.DecodePolicy(), [], 0)
+    assert greedy.tolist() == slm2.argmax(-1).tolist()
+    ratio = method.DecodePolicy(action="s2t", ratio_to_max=0.3)
+    probs = torch.softmax(slm2, -1)
+    mask = probs > 0.3 * probs.max(-1, keepdim=True).values
+    assert method.act_at_trigger(None, prefixes, slm2, llm2, ratio, [], 0).tolist() == (
+        llm2.masked_fill(~mask, -math.inf).argmax(-1).tolist())
+    model, reserved = _tiny_model(), [8, 9, 10, 11]
+    slm8, local = slm2[:, :8], method.DecodePolicy(action="local", k=3)
+    candidates = slm8.topk(3, -1).indices
+    scores = method.candidate_scores(model, prefixes, torch.tensor([3, 3]), candidates, reserved)
+    want = candidates.gather(1, scores.argmax(-1, keepdim=True)).squeeze(1)
+    assert method.act_at_trigger(model, prefixes, slm8, None, local, reserved, 0).tolist() == want.tolist()
+    # concatenation pads with 0 by default; no parts give empty tensors of the documented shapes
+    a = method.CandidateGroups(torch.tensor([[1, 2]]), torch.tensor([2]), torch.tensor([[3, 4]]),
+                               torch.tensor([[0.5, 0.25]]))
+    b = method.CandidateGroups(torch.tensor([[5, 6, 7]]), torch.tensor([3]), torch.tensor([[8, 9]]),
+                               torch.tensor([[0.1, 0.2]]))
+    assert method.concat_groups([a, b]).prefixes.tolist() == [[1, 2, 0], [5, 6, 7]]
+    empty = method.concat_groups([])
+    assert [tuple(t.shape) for t in (empty.prefixes, empty.lengths, empty.candidates, empty.teacher_probs)] == [
+        (0, 1), (0,), (0, 1), (0, 1)]
+    # next-token logits cut to the given vocabulary
+    out = method.next_token_logits(model, prefixes, [9], vocab_size=10)
+    assert out.shape == (2, 10) and bool(torch.isinf(out[:, 9]).all())
+
+
+def test_defaults_boundaries_and_actions_exact():
+    check_defaults_boundaries_and_actions()
+
+
+@pytest.mark.parametrize("broken", ["support_65", "ratio_inclusive", "calibrate_float32", "unseeded_trigger",
+                                    "local_as_greedy", "pad_one"])
+def test_negative_control_default_and_action_variants_are_caught(monkeypatch, broken):
+    if broken == "support_65":
+        real = method.kl_on_support
+        monkeypatch.setattr(method, "kl_on_support", lambda s, q, support_size=65: real(s, q, support_size))
+    elif broken == "ratio_inclusive":
+        monkeypatch.setattr(method, "ratio_candidates", lambda s, ratio=0.1: (lambda p: p >= ratio * p.max(
+            -1, keepdim=True).values)(torch.softmax(s, -1)))
+    elif broken == "calibrate_float32":
+        monkeypatch.setattr(method, "calibrate_threshold", lambda s, q: float(np.quantile(
+            np.asarray(s, dtype=np.float32), q)))
+    elif broken == "unseeded_trigger":
+        real_trigger = method.random_trigger
+        monkeypatch.setattr(method, "random_trigger", lambda b, r, s, w, g: real_trigger(
+            b, r, s, w, torch.Generator().manual_seed(99)))
+    elif broken == "local_as_greedy":
+        real_act = method.act_at_trigger
+        monkeypatch.setattr(method, "act_at_trigger", lambda slm, p, sl, ll, policy, res, pad: sl.argmax(-1)
+                            if policy.action == "local" else real_act(slm, p, sl, ll, policy, res, pad))
+    else:
+        real_concat = method.concat_groups
+        monkeypatch.setattr(method, "concat_groups", lambda parts, pad_id=1: real_concat(parts, pad_id))
+    with pytest.raises((AssertionError, pytest.fail.Exception, ValueError)):
+        check_defaults_boundaries_and_actions()
