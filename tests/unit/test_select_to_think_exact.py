@@ -563,3 +563,60 @@ def test_negative_control_default_and_action_variants_are_caught(monkeypatch, br
         monkeypatch.setattr(method, "concat_groups", lambda parts, pad_id=1: real_concat(parts, pad_id))
     with pytest.raises((AssertionError, pytest.fail.Exception, ValueError)):
         check_defaults_boundaries_and_actions()
+
+
+def check_choice_and_trigger_mask() -> None:
+    gen = torch.Generator().manual_seed(21)
+    slm, llm = torch.randn(3, 100, generator=gen), torch.randn(3, 100, generator=gen)
+    sample = method.DecodePolicy(action="sample", temperature=0.5)
+    drawn = method.slm_choice(slm, sample, torch.Generator().manual_seed(5))
+    want = torch.multinomial(torch.softmax(slm / 0.5, -1), 1, generator=torch.Generator().manual_seed(5)).squeeze(-1)
+    assert drawn.tolist() == want.tolist()
+    assert method.slm_choice(slm, method.DecodePolicy(), gen).tolist() == slm.argmax(-1).tolist()
+    active = torch.tensor([True, False, True])
+    # no trigger: nothing fires and no score is recorded
+    record: list[float] = []
+    none = method.trigger_mask(slm, llm, method.DecodePolicy(warmup_steps=0), 4, active, gen, record)
+    assert none.tolist() == [False] * 3 and record == []
+    # the KL trigger on the policy's support (5 of 100 tokens), recorded from the warm-up step on, in place
+    kl = method.DecodePolicy(trigger="kl", support_size=5, warmup_steps=2, threshold=0.0)
+    record = [-1.0]
+    fired = method.trigger_mask(slm, llm, kl, 2, active, gen, record)
+    scores = method.kl_on_support(slm, llm, 5)
+    assert record[0] == -1.0 and record[1:] == pytest.approx(scores[active].tolist(), abs=1e-7)
+    assert fired.tolist() == ((scores > 0.0) & active).tolist()
+    entropy = method.DecodePolicy(trigger="entropy", support_size=5, warmup_steps=2)
+    record = []
+    method.trigger_mask(slm, llm, entropy, 3, active, gen, record)
+    assert record == pytest.approx(method.entropy_on_support(slm, 5)[active].tolist(), abs=1e-7)
+    # the random trigger draws from the decoder's generator
+    rand = method.DecodePolicy(trigger="random", random_rate=0.5, warmup_steps=0)
+    got = method.trigger_mask(slm, llm, rand, 1, active, torch.Generator().manual_seed(8), [])
+    assert got.tolist() == ((torch.rand(3, generator=torch.Generator().manual_seed(8)) < 0.5) & active).tolist()
+    # hit@K needs the LLM even without a collection
+    with pytest.raises(ValueError, match="needs the LLM"):
+        method.decode(_tiny_model(), torch.tensor([[1, 2]]), 1, method.DecodePolicy(), hit_ks=(1,))
+
+
+def test_slm_choice_and_trigger_mask_exact():
+    check_choice_and_trigger_mask()
+
+
+@pytest.mark.parametrize("broken", ["hot_sampling", "records_before_warmup_end", "default_support", "copy_record"])
+def test_negative_control_choice_and_trigger_variants_are_caught(monkeypatch, broken):
+    real_choice, real_mask = method.slm_choice, method.trigger_mask
+    if broken == "hot_sampling":
+        monkeypatch.setattr(method, "slm_choice", lambda s, p, g: real_choice(s * p.temperature ** 2, p, g))
+    elif broken == "records_before_warmup_end":
+        monkeypatch.setattr(method, "trigger_mask", lambda s, q, p, step, a, g, r: real_mask(
+            s, q, p, step - 1 if step == p.warmup_steps else step, a, g, r))
+    elif broken == "default_support":
+        import dataclasses
+
+        monkeypatch.setattr(method, "trigger_mask", lambda s, q, p, step, a, g, r: real_mask(
+            s, q, dataclasses.replace(p, support_size=64), step, a, g, r))
+    else:
+        monkeypatch.setattr(method, "trigger_mask", lambda s, q, p, step, a, g, r: real_mask(
+            s, q, p, step, a, g, list(r)))
+    with pytest.raises((AssertionError, pytest.fail.Exception, ValueError)):
+        check_choice_and_trigger_mask()
