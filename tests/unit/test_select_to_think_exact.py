@@ -620,3 +620,62 @@ def test_negative_control_choice_and_trigger_variants_are_caught(monkeypatch, br
             s, q, p, step, a, g, list(r)))
     with pytest.raises((AssertionError, pytest.fail.Exception, ValueError)):
         check_choice_and_trigger_mask()
+
+
+def _tiny_pair():
+    from tasks.common import tiny_lm
+
+    models = []
+    for seed in (3, 4):
+        config = tiny_lm.tiny_gpt2_config(12, 16, n_layer=1, n_head=2, n_embd=8)
+        config.tie_word_embeddings = False
+        models.append(tiny_lm.build_tiny_gpt2(config, seed=seed).eval())
+    return models
+
+
+def check_decode_bookkeeping() -> None:
+    slm, llm = _tiny_pair()
+    prompts = torch.tensor([[1, 2, 3], [4, 5, 6]])
+    # S2T at random triggers, hit@K and collection: the LLM runs at every step on every row; one hit per fired
+    # row and k; one group per step with a fire; tokens inside the cut vocabulary of 10
+    policy = method.DecodePolicy(action="s2t", trigger="random", random_rate=0.5, warmup_steps=0, k=3)
+    trace = method.decode(slm, prompts, 6, policy, llm=llm, vocab_size=10, generator=torch.Generator().manual_seed(2),
+                          hit_ks=(1, 2), collect_k=2)
+    fired = int(trace.fired.sum())
+    assert 0 < fired < 12 and trace.llm_row_evaluations == 12
+    assert [len(trace.hits[k]) for k in (1, 2)] == [fired, fired]
+    assert len(trace.groups) == int(trace.fired.any(0).sum()) and int(trace.tokens.max()) < 10
+    # without hit@K the LLM runs only at the fired rows
+    plain = method.decode(slm, prompts, 6, policy, llm=llm, vocab_size=10, generator=torch.Generator().manual_seed(2))
+    assert plain.llm_row_evaluations == int(plain.fired.sum()) > 1
+    # sampling draws only from the given generator (the default one is seeded 0), never from torch's global one
+    sample = method.DecodePolicy(action="sample", trigger="random", random_rate=0.5, warmup_steps=0)
+    first = method.decode(slm, prompts, 6, sample, generator=torch.Generator().manual_seed(9))
+    torch.manual_seed(1234)
+    second = method.decode(slm, prompts, 6, sample, generator=torch.Generator().manual_seed(9))
+    assert torch.equal(first.tokens, second.tokens) and torch.equal(first.fired, second.fired)
+    default = method.decode(slm, prompts, 6, sample)
+    assert torch.equal(default.tokens, method.decode(slm, prompts, 6, sample,
+                                                     generator=torch.Generator().manual_seed(0)).tokens)
+
+
+def test_decode_bookkeeping_exact():
+    check_decode_bookkeeping()
+
+
+@pytest.mark.parametrize("broken", ["evaluations_of_last_step", "global_generator", "no_vocab_cut"])
+def test_negative_control_decode_variants_are_caught(monkeypatch, broken):
+    real = method.decode
+
+    def variant(slm, prompts, steps, policy, **kw):
+        if broken == "global_generator":
+            kw["generator"] = torch.Generator().manual_seed(int(torch.randint(0, 1000, (1,))))
+        if broken == "no_vocab_cut":
+            kw["vocab_size"] = None
+        trace = real(slm, prompts, steps, policy, **kw)
+        if broken == "evaluations_of_last_step":
+            trace.llm_row_evaluations = int(trace.fired[:, -1].sum()) if not kw.get("hit_ks") else 2
+        return trace
+    monkeypatch.setattr(method, "decode", variant)
+    with pytest.raises((AssertionError, ValueError, RuntimeError)):
+        check_decode_bookkeeping()
