@@ -645,6 +645,27 @@ def check_decode_bookkeeping() -> None:
     assert 0 < fired < 12 and trace.llm_row_evaluations == 12
     assert [len(trace.hits[k]) for k in (1, 2)] == [fired, fired]
     assert len(trace.groups) == int(trace.fired.any(0).sum()) and int(trace.tokens.max()) < 10
+    assert sum(len(g) for g in trace.groups) == fired and all(g.candidates.shape[1] == 2 for g in trace.groups)
+    assert trace.scores == []                                  # a random trigger records no score
+    # an end-of-sequence id: a finished row emits it from then on, and decoding stops once every row has
+    greedy = method.DecodePolicy()
+    free = method.decode(slm, prompts, 6, greedy, vocab_size=10).tokens
+    eos = int(free[0, 1])
+    want = free.clone()
+    ends = []
+    for row in range(2):
+        hit = (free[row] == eos).nonzero()
+        if len(hit):
+            want[row, int(hit[0]):] = eos
+            ends.append(int(hit[0]))
+    stop = max(ends) + 1 if len(ends) == 2 else 6
+    assert torch.equal(method.decode(slm, prompts, 6, greedy, vocab_size=10, eos_id=eos).tokens, want[:, :stop])
+    assert not torch.equal(want, free)                          # non-degenerate: the eos changed row 0
+    same = torch.tensor([[7, 2, 3], [7, 2, 3]])                   # both rows end at the same step: decoding stops
+    twin = method.decode(slm, same, 6, greedy, vocab_size=10).tokens
+    first = int((twin[0] == int(twin[0, 1])).nonzero()[0])
+    stopped = method.decode(slm, same, 6, greedy, vocab_size=10, eos_id=int(twin[0, 1])).tokens
+    assert stopped.shape == (2, first + 1) and torch.equal(stopped, twin[:, :first + 1])
     # without hit@K the LLM runs only at the fired rows
     plain = method.decode(slm, prompts, 6, policy, llm=llm, vocab_size=10, generator=torch.Generator().manual_seed(2))
     assert plain.llm_row_evaluations == int(plain.fired.sum()) > 1
