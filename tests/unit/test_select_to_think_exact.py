@@ -700,3 +700,80 @@ def test_negative_control_decode_variants_are_caught(monkeypatch, broken):
     monkeypatch.setattr(method, "decode", variant)
     with pytest.raises((AssertionError, ValueError, RuntimeError)):
         check_decode_bookkeeping()
+
+
+def check_training_pieces() -> None:
+    model, reserved = _tiny_model(), [8, 9, 10, 11]
+    # AdamW groups: the body first with the given decay, the head without decay, both at the given lr
+    opt = method.local_optimizer(model, 0.05, 0.3)
+    head_ids = {id(p) for p in method.output_layer(model).parameters()}
+    assert [g["weight_decay"] for g in opt.param_groups] == [0.3, 0.0]
+    assert [g["lr"] for g in opt.param_groups] == [0.05, 0.05]
+    assert {id(p) for p in opt.param_groups[1]["params"]} == head_ids
+    # the gradient hook keeps exactly the reserved rows' gradient
+    weight = method.output_layer(model).weight
+    hook = method.restrict_output_rows(model, reserved)
+    coeff = torch.arange(weight.numel(), dtype=weight.dtype).reshape(weight.shape) / 100
+    (weight * coeff).sum().backward()
+    hook.remove()
+    want = torch.zeros_like(coeff)
+    want[reserved] = coeff[reserved]
+    assert torch.equal(weight.grad, want)
+    # the frozen copy needs no gradient
+    assert not any(p.requires_grad for p in method.frozen_copy(model).parameters())
+    # cached next-token logits equal a full forward at every step, cut to the vocabulary
+    cached = method.CachedLogits(model, [9], vocab_size=10)
+    seqs = torch.tensor([[1, 2, 3], [4, 5, 6]])
+    for token in (7, 2):
+        got = cached(seqs)
+        assert got.shape == (2, 10) and torch.allclose(got, method.next_token_logits(model, seqs, [9], 10),
+                                                       atol=1e-5)
+        seqs = torch.cat([seqs, torch.full((2, 1), token)], dim=1)
+    # one group is enough to train; with the body frozen the body does not move, gets its gradient back, loss (iv)
+    # is not used, and the first step's loss is the local loss of the whole batch
+    g = torch.Generator().manual_seed(0)
+    groups = method.CandidateGroups(torch.randint(0, 8, (3, 4), generator=g), torch.tensor([4, 3, 4]),
+                                    torch.tensor([[1, 2], [3, 4], [5, 6]]),
+                                    torch.tensor([[0.6, 0.2], [0.1, 0.5], [0.3, 0.3]]))
+    one = method.train_s2t_local(_tiny_model(), groups.subset(torch.tensor([0])), reserved, epochs=1,
+                                 batch_groups=1, lr=1e-2, weight_decay=0.0, weights=method.LocalLossWeights(), seed=0)
+    assert len(one.total) == 1
+    body_model = _tiny_model()
+    before = {name: p.detach().clone() for name, p in body_model.named_parameters()}
+    weights = method.LocalLossWeights(kl_weight=0.7, frozen_kl_weight=0.5, hinge_margin=0.4)
+    expected = method.local_step(body_model, None, groups, reserved, method.LocalLossWeights(0.7, 0.0, 0.4), 0)
+    log = method.train_s2t_local(body_model, groups, reserved, epochs=2, batch_groups=3, lr=5e-2,
+                                 weight_decay=0.1, weights=weights, seed=0, train_body=False)
+    assert method.body_change(before, body_model) == 0.0 and all(p.requires_grad for p in body_model.parameters())
+    assert log.frozen_kl == [0.0, 0.0]
+    assert log.total[0] == pytest.approx(float(expected["total"]), abs=1e-6)
+
+
+def test_optimizer_hook_cache_and_frozen_body_training_exact():
+    check_training_pieces()
+
+
+@pytest.mark.parametrize("broken", ["decay_on_head", "hook_doubles", "body_trained", "frozen_weight_kept"])
+def test_negative_control_training_variants_are_caught(monkeypatch, broken):
+    if broken == "decay_on_head":
+        real = method.local_optimizer
+        monkeypatch.setattr(method, "local_optimizer", lambda model, lr, wd: (lambda opt: (
+            opt.param_groups[1].__setitem__("weight_decay", wd), opt)[1])(real(model, lr, wd)))
+    elif broken == "hook_doubles":
+        real_hook = method.restrict_output_rows
+
+        def doubled(model, reserved):
+            handle = real_hook(model, reserved)
+            extra = method.output_layer(model).weight.register_hook(lambda grad: 2 * grad)
+            return type("Both", (), {"remove": lambda self: (handle.remove(), extra.remove())})()
+        monkeypatch.setattr(method, "restrict_output_rows", doubled)
+    elif broken == "body_trained":
+        real_train = method.train_s2t_local
+        monkeypatch.setattr(method, "train_s2t_local", lambda *a, **kw: real_train(*a, **(kw | {"train_body": True})))
+    else:
+        real_train = method.train_s2t_local
+        monkeypatch.setattr(method, "train_s2t_local", lambda *a, **kw: real_train(
+            *a, **(kw | {"weights": method.LocalLossWeights(kw["weights"].kl_weight, 1.0, 0.0)}
+                   if kw.get("train_body") is False else kw)))
+    with pytest.raises((AssertionError, ValueError, RuntimeError)):
+        check_training_pieces()
