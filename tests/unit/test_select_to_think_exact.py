@@ -747,6 +747,14 @@ def check_training_pieces() -> None:
     assert method.body_change(before, body_model) == 0.0 and all(p.requires_grad for p in body_model.parameters())
     assert log.frozen_kl == [0.0, 0.0]
     assert log.total[0] == pytest.approx(float(expected["total"]), abs=1e-6)
+    # the batch order comes from the seed only (not torch's global generator); progress steps are ints
+    runs, seen = [], []
+    for global_seed in (1, 2):
+        torch.manual_seed(global_seed)
+        runs.append(method.train_s2t_local(_tiny_model(), groups, reserved, epochs=2, batch_groups=1, lr=5e-2,
+                                           weight_decay=0.0, weights=method.LocalLossWeights(), seed=4,
+                                           on_step=lambda step, total: seen.append(step)).total)
+    assert runs[0] == runs[1] and seen == [1, 2, 3, 4, 5, 6] * 2 and all(type(step) is int for step in seen)
 
 
 def test_optimizer_hook_cache_and_frozen_body_training_exact():
