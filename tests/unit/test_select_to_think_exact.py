@@ -785,3 +785,52 @@ def test_negative_control_training_variants_are_caught(monkeypatch, broken):
                    if kw.get("train_body") is False else kw)))
     with pytest.raises((AssertionError, ValueError, RuntimeError)):
         check_training_pieces()
+
+
+def check_loss_parts_boundaries() -> None:
+    # bins in float64: levels b / (B - 1) in float64 and the expected bin computed in float64
+    assert method.bin_levels(4, torch.float64).tolist() == [0.0, 1 / 3, 2 / 3, 1.0]   # thirds: not exact in float32
+    logits = torch.tensor([[0.3, -1.2, 0.7, 2.0]], dtype=torch.float64)
+    p = softmax(logits[0].tolist())
+    assert float(method.bin_score(logits)) == pytest.approx(sum(pi * b / 3 for b, pi in enumerate(p)), abs=1e-15)
+    assert method.bin_score(logits).dtype == torch.float64
+    # reserved ids given as an int32 tensor
+    masked = method.mask_reserved(torch.zeros(1, 4), torch.tensor([1, 3], dtype=torch.int32))
+    assert masked.tolist() == [[0.0, -math.inf, 0.0, -math.inf]]
+    # (i) per group; (ii) margin 1 by default; (iii) a zero teacher probability adds nothing
+    scores = torch.tensor([[0.2, 0.9, 0.4], [0.7, 0.1, 0.3]])
+    best = torch.tensor([1, 0])
+    ce = method.selection_ce(scores, best)
+    assert ce.shape == (2,) and close(ce, [-math.log(softmax(r)[b]) for r, b in zip(scores.tolist(), [1, 0])])
+    assert torch.equal(method.hinge_loss(scores, best), method.hinge_loss(scores, best, 1.0))
+    assert close(method.hinge_loss(scores, best), [1 - (0.9 - 0.4), 1 - (0.7 - 0.3)])
+    teacher = torch.tensor([[0.0, 0.6, 0.2], [0.5, 0.0, 0.5]])
+    want = []
+    for r, t in zip(scores.tolist(), teacher.tolist()):
+        q, tt = softmax(r), [x / sum(t) for x in t]
+        want.append(sum(ti * math.log(ti / qi) for ti, qi in zip(tt, q) if ti > 0))
+    assert close(method.teacher_kl(scores, teacher), want)
+    # (iv) a prefix of one position is averaged over one position, not two
+    one = method.frozen_token_kl(MODEL_LOGITS[:1], FROZEN_LOGITS[:1], torch.tensor([1]), RESERVED)
+    assert close(one, [kl_by_hand(FROZEN_LOGITS[0, 0].tolist(), MODEL_LOGITS[0, 0].tolist())])
+
+
+def test_loss_parts_on_their_boundaries():
+    check_loss_parts_boundaries()
+
+
+@pytest.mark.parametrize("broken", ["float32_levels", "ce_mean", "margin_two", "zero_teacher_counts"])
+def test_negative_control_loss_part_variants_are_caught(monkeypatch, broken):
+    if broken == "float32_levels":
+        real = method.bin_levels
+        monkeypatch.setattr(method, "bin_levels", lambda n, dtype=torch.float32, device=None: real(n, torch.float32))
+    elif broken == "ce_mean":
+        monkeypatch.setattr(method, "selection_ce", lambda s, b: torch.nn.functional.cross_entropy(s, b))
+    elif broken == "margin_two":
+        real_hinge = method.hinge_loss
+        monkeypatch.setattr(method, "hinge_loss", lambda s, b, margin=2.0: real_hinge(s, b, margin))
+    else:
+        real_kl = method.teacher_kl
+        monkeypatch.setattr(method, "teacher_kl", lambda s, t: real_kl(s, t) + (t == 0).sum(-1))
+    with pytest.raises(AssertionError):
+        check_loss_parts_boundaries()
