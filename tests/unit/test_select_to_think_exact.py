@@ -453,6 +453,19 @@ def check_frozen_body_helpers() -> None:
         head.weight[0, 0] += 10.0                               # the head's change does not count
     assert method.body_change(before, model) == pytest.approx(0.5, abs=1e-7)
 
+    class HeadOnly(torch.nn.Module):  # every parameter is the head's: no body at all
+        def __init__(self):
+            super().__init__()
+            self.lm_head, self._embedding = torch.nn.Linear(2, 3), [torch.nn.Embedding(3, 2)]
+
+        def get_output_embeddings(self):
+            return self.lm_head
+
+        def get_input_embeddings(self):
+            return self._embedding[0]
+    head_only = HeadOnly()
+    assert method.body_change({n: p.detach().clone() for n, p in head_only.named_parameters()}, head_only) == 0.0
+
 
 def test_freeze_body_and_body_change_exact():
     check_frozen_body_helpers()
