@@ -205,6 +205,7 @@ def test_curated_moments_chunks_the_draws():
 # data draws, the chord survey's batch helpers -------------------------------------------------------------------
 
 import copy  # noqa: E402
+import dataclasses  # noqa: E402
 
 MIX_SPEC = m.LoopSpec("three", np.array([[0.3, 0.2, 0.0], [0.25, 0.25, 0.0], [0.1, 0.4, 0.0]]),
                       np.array([0.5, 0.5, 0.5]), np.array([1.5, 0.0, 2.0]), np.array([[0.5], [-1.0], [2.0]]),
@@ -298,3 +299,44 @@ def test_negative_control_mixture_variants_are_caught(monkeypatch, broken):
             d.phi, 2 * d.phi @ theta - d.y))(real_cond(size, theta, var, rng)))
     with pytest.raises(AssertionError):
         check_mixture_loop()
+
+
+def check_small_helpers() -> None:
+    assert m.bic_penalty_per_sample(2, 2) == pytest.approx(3 * math.log(2) / 4, abs=1e-15)   # n = 2 is allowed
+    batch = m.draw_configs(m.ConfigPrior(), 3, np.random.default_rng(0))
+    assert len(batch) == 3 and batch.spec(1, 0.5).name == "prior_1"
+    lifted = spec([0.5, 1.0]).with_dim(3)
+    assert lifted.real_theta.tolist() == [REAL_MEAN, 0.0, 0.0] and lifted.name == "two"
+    v_last, v_before = np.array([0.004, 0.3], dtype=np.float32), np.array([0.007, 0.2], dtype=np.float32)
+    assert m.collapse_margin(v_last, v_before) == m.collapse_margin(v_last.astype(float), v_before.astype(float))
+    s = spec([0.5, 1.0])
+    assert np.array_equal(m.influence_matrix(s), m.influence_matrix(s, step=1e-3))
+    # a model nobody trains on that is not the last one: the loop goes on to the others
+    first_unused = m.LoopSpec("first", np.array([[0.0, 0.3, 0.2], [0.0, 0.25, 0.25], [0.0, 0.1, 0.4]]),
+                              np.array([0.5, 0.5, 0.5]), np.array([1.5, 0.5, 2.0]), np.array([[0.5], [-1.0], [2.0]]),
+                              np.array([0.2]), 0.8)
+    real = m.unconditional_real_data(400, 0.2, 0.8, np.random.default_rng(3))
+    rng = np.random.default_rng(6)
+    got = m.iterate_mixture(first_unused, 2, 4, 200, real, copy.deepcopy(rng), 2, 3)
+    want = iterate_mixture_by_hand(first_unused, 2, 4, 200, real, rng, 2, 3)
+    assert np.allclose(got.alignment, want[0], rtol=0, atol=1e-12)
+
+
+def test_small_helpers_and_a_first_unused_model():
+    check_small_helpers()
+
+
+@pytest.mark.parametrize("broken", ["bic_needs_three", "name_lost", "float32_margin"])
+def test_negative_control_small_helper_variants_are_caught(monkeypatch, broken):
+    if broken == "bic_needs_three":
+        real = m.bic_penalty_per_sample
+        monkeypatch.setattr(m, "bic_penalty_per_sample", lambda c, n: real(c, n) if n > 2 else 1 / 0)
+    elif broken == "name_lost":
+        real_spec = m.ConfigBatch.spec
+        monkeypatch.setattr(m.ConfigBatch, "spec", lambda self, i, b: dataclasses.replace(real_spec(self, i, b),
+                                                                                          name="prior"))
+    else:
+        monkeypatch.setattr(m, "collapse_margin", lambda a, b, collapse_var=1e-2: float(np.min(np.maximum(
+            np.asarray(a) / collapse_var, np.asarray(a) / np.asarray(b)))))
+    with pytest.raises((AssertionError, ZeroDivisionError)):
+        check_small_helpers()
