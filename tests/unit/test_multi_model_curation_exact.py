@@ -307,7 +307,8 @@ def check_small_helpers() -> None:
     assert len(batch) == 3 and batch.spec(1, 0.5).name == "prior_1"
     lifted = spec([0.5, 1.0]).with_dim(3)
     assert lifted.real_theta.tolist() == [REAL_MEAN, 0.0, 0.0] and lifted.name == "two"
-    v_last, v_before = np.array([0.004, 0.3], dtype=np.float32), np.array([0.007, 0.2], dtype=np.float32)
+    # the v / collapse_var term decides (1.23 > 0.123): computed in float64 even for float32 variances
+    v_last, v_before = np.array([0.0123, 0.3], dtype=np.float32), np.array([0.1, 0.2], dtype=np.float32)
     assert m.collapse_margin(v_last, v_before) == m.collapse_margin(v_last.astype(float), v_before.astype(float))
     s = spec([0.5, 1.0])
     assert np.array_equal(m.influence_matrix(s), m.influence_matrix(s, step=1e-3))
