@@ -679,6 +679,10 @@ def check_decode_bookkeeping() -> None:
     first = int((twin[0] == int(twin[0, 1])).nonzero()[0])
     stopped = method.decode(slm, same, 6, greedy, vocab_size=10, eos_id=int(twin[0, 1])).tokens
     assert stopped.shape == (2, first + 1) and torch.equal(stopped, twin[:, :first + 1])
+    # hit@K alone (no collection) also runs the LLM at every step on every row
+    hits_only = method.decode(slm, prompts, 6, policy, llm=llm, vocab_size=10,
+                              generator=torch.Generator().manual_seed(2), hit_ks=(1,))
+    assert hits_only.llm_row_evaluations == 12 and len(hits_only.hits[1]) == int(hits_only.fired.sum())
     # without hit@K the LLM runs only at the fired rows
     plain = method.decode(slm, prompts, 6, policy, llm=llm, vocab_size=10, generator=torch.Generator().manual_seed(2))
     assert plain.llm_row_evaluations == int(plain.fired.sum()) > 1
