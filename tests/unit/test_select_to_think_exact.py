@@ -759,6 +759,9 @@ def check_training_pieces() -> None:
     before = {name: p.detach().clone() for name, p in body_model.named_parameters()}
     weights = method.LocalLossWeights(kl_weight=0.7, frozen_kl_weight=0.5, hinge_margin=0.4)
     expected = method.local_step(body_model, None, groups, reserved, method.LocalLossWeights(0.7, 0.0, 0.4), 0)
+    f64 = method.CandidateGroups(groups.prefixes, groups.lengths, groups.candidates, groups.teacher_probs.double())
+    assert method.local_step(body_model, None, f64, reserved, method.LocalLossWeights(0.7, 0.0, 0.4),
+                             0)["total"].dtype == torch.float32      # the teacher is cast to the scores' dtype
     log = method.train_s2t_local(body_model, groups, reserved, epochs=2, batch_groups=3, lr=5e-2,
                                  weight_decay=0.1, weights=weights, seed=0, train_body=False)
     assert method.body_change(before, body_model) == 0.0 and all(p.requires_grad for p in body_model.parameters())
