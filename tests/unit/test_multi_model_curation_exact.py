@@ -199,3 +199,145 @@ def test_curated_moments_chunks_the_draws():
     kept = np.concatenate([m.curate_gaussian(np.full(n, 0.3), 1.2, 2.0, np.full(n, 1.0), 2, rng)
                            for n in (50_000, 3)])
     assert got == (pytest.approx(float(kept.mean()), abs=1e-15), pytest.approx(float(kept.var()), abs=1e-15))
+
+
+# Fourth pass (2026-12-02): the mixture loop (C8) written out with a copy of the generator, EM by hand, the real
+# data draws, the chord survey's batch helpers -------------------------------------------------------------------
+
+import copy  # noqa: E402
+import dataclasses  # noqa: E402
+
+MIX_SPEC = m.LoopSpec("three", np.array([[0.3, 0.2, 0.0], [0.25, 0.25, 0.0], [0.1, 0.4, 0.0]]),
+                      np.array([0.5, 0.5, 0.5]), np.array([1.5, 0.0, 2.0]), np.array([[0.5], [-1.0], [2.0]]),
+                      np.array([0.2]), 0.8)
+
+
+def em_by_hand(y: np.ndarray, components: int, iterations: int, start=None, var_floor: float = 1e-4):
+    if start is not None and start.weights.size == components:
+        w, mu, var = start.weights.copy(), start.means.copy(), start.variances.copy()
+    else:
+        mu = np.quantile(y, (np.arange(components) + 0.5) / components)
+        var, w = np.full(components, max(float(y.var()), var_floor)), np.full(components, 1.0 / components)
+    for _ in range(iterations):
+        dens = np.array([[wg * math.exp(-0.5 * (yn - mg) ** 2 / vg) / math.sqrt(2 * math.pi * vg)
+                          for wg, mg, vg in zip(w, mu, var)] for yn in y])
+        resp = dens / dens.sum(axis=1, keepdims=True)
+        mass = resp.sum(axis=0)
+        w = mass / y.size
+        mu = (resp * y[:, None]).sum(axis=0) / mass
+        var = np.maximum((resp * (y[:, None] - mu) ** 2).sum(axis=0) / mass, var_floor)
+    return m.Mixture1D(w, mu, var)
+
+
+def iterate_mixture_by_hand(spec, rounds, n_candidates, n_samples, real, rng, components, em_iterations):
+    models = [m.Mixture1D(np.ones(1), spec.real_theta.copy(), np.array([spec.real_var]))] * spec.n_models
+    targets = spec.targets[:, 0]
+    history = [[mo.alignment(t) for mo, t in zip(models, targets)]]
+    data = None
+    for _ in range(rounds):
+        pools = []
+        for j in range(spec.n_models):
+            if spec.mixing[:, j].sum() == 0:
+                pools.append((np.zeros((0, 1)), np.zeros(0)))
+            else:
+                pools.append((np.ones((n_samples, 1)), m.curate_mixture(models[j], float(spec.beta[j]),
+                                                                        float(targets[j]), n_candidates, n_samples,
+                                                                        rng)))
+        data = [m.training_mixture(spec, i, pools, real, n_samples, rng)[1] for i in range(spec.n_models)]
+        models = [m.fit_mixture_em(y, components, em_iterations, start=mo) for y, mo in zip(data, models)]
+        history.append([mo.alignment(t) for mo, t in zip(models, targets)])
+    if not rounds:
+        return np.array(history), np.zeros(spec.n_models), np.zeros(spec.n_models), 0
+    gains = [m.mixture_log_likelihood(y, mo) - m.mixture_log_likelihood(y, em_by_hand(y, 1, 1))
+             for y, mo in zip(data, models)]
+    em_gains = [m.mixture_log_likelihood(y, m.fit_mixture_em(y, mo.weights.size, 1, start=mo))
+                - m.mixture_log_likelihood(y, mo) for y, mo in zip(data, models)]
+    return np.array(history), np.array(gains), np.array(em_gains), int(data[0].size)
+
+
+def check_mixture_loop() -> None:
+    real = m.unconditional_real_data(400, 0.2, 0.8, np.random.default_rng(3))
+    for rounds in (0, 2):
+        rng = np.random.default_rng(5)
+        got = m.iterate_mixture(MIX_SPEC, rounds, 4, 200, real, copy.deepcopy(rng), 2, 3)
+        want = iterate_mixture_by_hand(MIX_SPEC, rounds, 4, 200, real, rng, 2, 3)
+        assert got.alignment.shape == (rounds + 1, 3) and np.allclose(got.alignment, want[0], rtol=0, atol=1e-12)
+        assert np.allclose(got.loglik_gain, want[1], rtol=0, atol=1e-10)
+        assert np.allclose(got.em_step_gain, want[2], rtol=0, atol=1e-10) and got.fit_size == want[3]
+    assert want[3] == 200 and np.abs(want[1]).max() > 1e-3   # non-degenerate: the mixtures differ from one Gaussian
+    # EM by hand from the quantile start and from a warm start, with a floor on the variance
+    y = np.concatenate([np.random.default_rng(8).normal(-1.0, 0.3, 60), np.random.default_rng(9).normal(1.5, 0.5, 40)])
+    for start in (None, m.Mixture1D(np.array([0.3, 0.7]), np.array([-0.5, 0.5]), np.array([1.0, 2.0]))):
+        got, want = m.fit_mixture_em(y, 2, 4, start=start), em_by_hand(y, 2, 4, start)
+        for a, b in ((got.weights, want.weights), (got.means, want.means), (got.variances, want.variances)):
+            assert np.allclose(a, b, rtol=0, atol=1e-12)
+    spike = np.array([0.0, 0.0, 0.0, 1.0])
+    assert np.allclose(m.fit_mixture_em(spike, 2, 3, var_floor=0.01).variances,
+                       em_by_hand(spike, 2, 3, var_floor=0.01).variances, rtol=0, atol=1e-12)
+    # the real data: y = theta^T phi + sqrt(var) eps, with phi and eps drawn in that order
+    rng = np.random.default_rng(2)
+    data = m.conditional_real_data(5, np.array([0.5, -1.0]), 0.25, np.random.default_rng(2))
+    phi = rng.standard_normal((5, 2))
+    assert np.allclose(data.y, phi @ np.array([0.5, -1.0]) + 0.5 * rng.standard_normal(5), rtol=0, atol=1e-15)
+
+
+def test_mixture_loop_em_and_real_data_written_out():
+    check_mixture_loop()
+
+
+@pytest.mark.parametrize("broken", ["cold_start", "one_component_gain_two_steps", "noise_subtracted"])
+def test_negative_control_mixture_variants_are_caught(monkeypatch, broken):
+    real_fit, real_iter, real_cond = m.fit_mixture_em, m.iterate_mixture, m.conditional_real_data
+    if broken == "cold_start":
+        monkeypatch.setattr(m, "fit_mixture_em", lambda y, c, it, start=None, var_floor=1e-4: real_fit(
+            y, c, it, None, var_floor))
+    elif broken == "one_component_gain_two_steps":
+        monkeypatch.setattr(m, "iterate_mixture", lambda *a: (lambda t: m.MixtureTrajectory(
+            t.alignment, t.loglik_gain + 1e-6, t.em_step_gain, t.fit_size))(real_iter(*a)))
+    else:
+        monkeypatch.setattr(m, "conditional_real_data", lambda size, theta, var, rng: (lambda d: m.RealData(
+            d.phi, 2 * d.phi @ theta - d.y))(real_cond(size, theta, var, rng)))
+    with pytest.raises(AssertionError):
+        check_mixture_loop()
+
+
+def check_small_helpers() -> None:
+    assert m.bic_penalty_per_sample(2, 2) == pytest.approx(3 * math.log(2) / 4, abs=1e-15)   # n = 2 is allowed
+    batch = m.draw_configs(m.ConfigPrior(), 3, np.random.default_rng(0))
+    assert len(batch) == 3 and batch.spec(1, 0.5).name == "prior_1"
+    lifted = spec([0.5, 1.0]).with_dim(3)
+    assert lifted.real_theta.tolist() == [REAL_MEAN, 0.0, 0.0] and lifted.name == "two"
+    # the v / collapse_var term decides (1.23 > 0.123): computed in float64 even for float32 variances
+    v_last, v_before = np.array([0.0123, 0.3], dtype=np.float32), np.array([0.1, 0.2], dtype=np.float32)
+    assert m.collapse_margin(v_last, v_before) == m.collapse_margin(v_last.astype(float), v_before.astype(float))
+    s = spec([0.5, 1.0])
+    assert np.array_equal(m.influence_matrix(s), m.influence_matrix(s, step=1e-3))
+    # a model nobody trains on that is not the last one: the loop goes on to the others
+    first_unused = m.LoopSpec("first", np.array([[0.0, 0.3, 0.2], [0.0, 0.25, 0.25], [0.0, 0.1, 0.4]]),
+                              np.array([0.5, 0.5, 0.5]), np.array([1.5, 0.5, 2.0]), np.array([[0.5], [-1.0], [2.0]]),
+                              np.array([0.2]), 0.8)
+    real = m.unconditional_real_data(400, 0.2, 0.8, np.random.default_rng(3))
+    rng = np.random.default_rng(6)
+    got = m.iterate_mixture(first_unused, 2, 4, 200, real, copy.deepcopy(rng), 2, 3)
+    want = iterate_mixture_by_hand(first_unused, 2, 4, 200, real, rng, 2, 3)
+    assert np.allclose(got.alignment, want[0], rtol=0, atol=1e-12)
+
+
+def test_small_helpers_and_a_first_unused_model():
+    check_small_helpers()
+
+
+@pytest.mark.parametrize("broken", ["bic_needs_three", "name_lost", "float32_margin"])
+def test_negative_control_small_helper_variants_are_caught(monkeypatch, broken):
+    if broken == "bic_needs_three":
+        real = m.bic_penalty_per_sample
+        monkeypatch.setattr(m, "bic_penalty_per_sample", lambda c, n: real(c, n) if n > 2 else 1 / 0)
+    elif broken == "name_lost":
+        real_spec = m.ConfigBatch.spec
+        monkeypatch.setattr(m.ConfigBatch, "spec", lambda self, i, b: dataclasses.replace(real_spec(self, i, b),
+                                                                                          name="prior"))
+    else:
+        monkeypatch.setattr(m, "collapse_margin", lambda a, b, collapse_var=1e-2: float(np.min(np.maximum(
+            np.asarray(a) / collapse_var, np.asarray(a) / np.asarray(b)))))
+    with pytest.raises((AssertionError, ZeroDivisionError)):
+        check_small_helpers()
