@@ -1,8 +1,9 @@
 """Training step of constrained_unlearning: every model of one seed, written to the seed's folder.
 
-Stage B (README, "What is measured"): a small DDPM pretrained on q's samples, unlearned primal-dual once per
-formulation (thresholds b from the closed form on the Stage A grid, :func:`model.closed_form_target`), and the
-weight-based baselines at every swept weight. Stage C: the pretrained model (the *retrain* reference, it never
+Stage B (README, "What is measured"): a small DDPM pretrained on q's samples, unlearned primal-dual twice per
+formulation (density-free method and analytic reference; thresholds from the user's requested forget mass on the
+Stage A grid, :func:`model.stage_optimum`), and the weight-based baselines
+at every swept weight. Stage C: the pretrained model (the *retrain* reference, it never
 saw the duplicates) fine-tuned with duplicated forget points (*memorised*), then unlearned by FU primal-dual.
 File names: model.py. Every run draws from its own seeded generator, so no model depends on the order of the runs,
 and evaluate.py's sampling generators are its own.
@@ -34,10 +35,10 @@ from tasks.constrained_unlearning.model import (
     BaselineJob,
     DuplicatedSet,
     baseline_jobs,
-    constrained_optimum,
     duplicated_set,
     noise_schedule,
     proxy_radius,
+    stage_optimum,
     unlearned_file,
 )
 
@@ -122,11 +123,14 @@ def unlearn_each_formulation(cfg: ConstrainedUnlearningConfig, seed: int, pretra
     qu_samples = forget.sample(un.dual_samples, np.random.default_rng(2_000 + seed))
     forget_samples = torch.as_tensor(forget.sample(un.forget_samples, np.random.default_rng(3_000 + seed)),
                                      dtype=torch.float32)  # the user's data of the concept (q_u's samples)
-    concept = fit_concept_model(cfg, seed, pretrained, forget_samples, schedule)
-    save_state_dict(concept, model_dir / CONCEPT)
+    if un.ru_concept_score == "learned":
+        concept = fit_concept_model(cfg, seed, pretrained, forget_samples, schedule)
+        save_state_dict(concept, model_dir / CONCEPT)
+    else:  # q_u's own score: the q_u of the dual step's constraint KL(p||q_u)
+        concept = method.noised_score_epsilon(forget.noised_score_torch, schedule)
     duals = {}
     for i, f in enumerate(method.FORMULATIONS):
-        optimum = constrained_optimum(f, problem, cfg.grid.target_forget_mass)
+        optimum = stage_optimum(f, problem, cfg.grid)
 
         def constraint(points: np.ndarray, f: str = f) -> float:
             return method.sample_constraint_value(f, points, forget.log_density, qu_samples, un.knn_k)
@@ -172,27 +176,31 @@ def fit_concept_model(cfg: ConstrainedUnlearningConfig, seed: int, pretrained: d
 
 
 def density_free_unlearn(formulation: str, cfg: ConstrainedUnlearningConfig, model: diffusion.EpsilonMLP,
-                         pretrained: diffusion.EpsilonMLP, concept: diffusion.EpsilonMLP, pool: torch.Tensor,
+                         pretrained: diffusion.EpsilonMLP,
+                         concept: Callable[[torch.Tensor, torch.Tensor], torch.Tensor], pool: torch.Tensor,
                          forget: GaussianMixture, forget_samples: torch.Tensor, schedule: diffusion.NoiseSchedule,
                          bound: float,
                          constraint: Callable[[np.ndarray], float], dual_lr: float, generator: torch.Generator,
                          progress: Callable[[float], None] | None = None) -> method.UnlearnResult:
     """Primal-dual with a primal step that never evaluates the density of q (p0) or of p*_lambda: RU by score
-    composition of the frozen pretrained and concept networks, FU by DSM_q - lambda DSM_{q_u} on q's training
-    samples and q_u's samples, LU by DSM on q's training samples weighted by exp(-lambda q_u(x)) (the
-    likelihood q_u is the constraint's own function). ``forget`` is q_u (its density is the LU constraint's
-    function); ``q`` is not an argument: nothing here can reach it."""
+    composition of the frozen pretrained network and ``concept`` (q_u's noise prediction: its own score, or a
+    network fitted on its samples), FU by DSM_q - lambda DSM_{q_u} on q's training samples and q_u's samples, LU
+    on-policy (:func:`method.lu_reinforce_loss`: REINFORCE on the current model's trajectories with reward
+    q_u(x_0), plus the trajectory KL to the frozen pretrained model). ``forget`` is q_u (its density is the LU
+    constraint's function); ``q`` is not an argument: nothing here can reach it."""
     un = cfg.unlearn
     frozen = clone(pretrained).eval()
-    qu_at_pool = forget.density(pool.numpy().astype(np.float64))
+
+    def likelihood(points: torch.Tensor) -> torch.Tensor:
+        return torch.as_tensor(forget.density(points.numpy().astype(np.float64)), dtype=torch.float32)
 
     def primal_loss(lam: float) -> method.PrimalLoss:
         if formulation == "ru":
             return method.ru_composition_loss(model, frozen, concept, schedule, pool, lam, un.batch_size)
         if formulation == "fu":
             return method.fu_difference_loss(model, schedule, pool, forget_samples, lam, un.batch_size)
-        weights = torch.as_tensor(method.lu_likelihood_weights(qu_at_pool, lam), dtype=torch.float32)
-        return method.importance_weighted_loss(model, schedule, pool, weights, un.batch_size)
+        return method.lu_reinforce_loss(model, frozen, schedule, likelihood, lam, un.lu_trajectories,
+                                        un.lu_grad_steps)
 
     return method.primal_dual_loop(formulation, model, schedule, primal_loss, bound, constraint,
                                    dual_updates=un.dual_updates, steps_per_dual=un.steps_per_dual, lr=un.lr,

@@ -313,15 +313,15 @@ def test_in_band_counts_the_band_edges_inside():
 def test_claim_kinds_of_the_paper():
     """Issues 14 and 19: the C6 identities are exact algebra; closed-form numbers are references; the grid
     primal-dual rows (threshold from the requested mass) are mechanism checks of the dual loop, as is the
-    density-free run against its analytic reference (C7a-b; LU's, C7c, is an identity: its weights equal the
-    analytic ratio); Stage B's counted rows, measured on the density-free runs, and Stage C are empirical.
+    density-free run against its analytic reference (C7a-c; C7d, the off-policy LU weights equal to the analytic
+    ratio, is an identity); Stage B's counted rows, measured on the density-free runs, and Stage C are empirical.
     Preconditions are stated before the 2026-12-02 run except C3c's and the review's (C1j-l, C7a-b): post hoc."""
     claims = {c.id: c for c in load_claims(TASK_DIR / "claims.yaml")}
     reference = {"C4a", "C4c", "C4d", "C4e", "C4f", "C5d", "C5e", "C5f"}
-    assert {i for i, c in claims.items() if c.kind == "identity"} == {"C6a", "C6b", "C7c"}
+    assert {i for i, c in claims.items() if c.kind == "identity"} == {"C6a", "C6b", "C7d"}
     assert {i for i, c in claims.items() if c.kind == "reference"} == reference
     assert {i for i, c in claims.items() if c.kind == "mechanism"} == {f"C1{x}" for x in "abcdefghi"} | {
-        "C7a", "C7b"}
+        "C7a", "C7b", "C7c"}
     assert {i for i, c in claims.items() if c.kind == "empirical" and c.check} == {
         "C1j", "C1k", "C1l", "C3b", "C3c", "C4b", "C5a", "C5b", "C5c"}
     assert "C3a" not in claims
