@@ -83,6 +83,8 @@ class UnlearnConfig(ProfileConfig):
                     "network fitted on q_u's samples (concept_steps)")
     lu_trajectories: int = Field(ge=8, description="model trajectories per on-policy LU primal step (REINFORCE)")
     lu_grad_steps: int = Field(ge=1, description="denoising steps per trajectory that carry the LU gradient")
+    lu_steps_per_dual: int = Field(ge=1, description="on-policy LU primal steps per dual update (each samples "
+                                                      "lu_trajectories full chains: the budget's largest cost)")
 
 
 class DataUnlearnConfig(ProfileConfig):

@@ -202,8 +202,9 @@ def density_free_unlearn(formulation: str, cfg: ConstrainedUnlearningConfig, mod
         return method.lu_reinforce_loss(model, frozen, schedule, likelihood, lam, un.lu_trajectories,
                                         un.lu_grad_steps)
 
+    steps = un.lu_steps_per_dual if formulation == "lu" else un.steps_per_dual
     return method.primal_dual_loop(formulation, model, schedule, primal_loss, bound, constraint,
-                                   dual_updates=un.dual_updates, steps_per_dual=un.steps_per_dual, lr=un.lr,
+                                   dual_updates=un.dual_updates, steps_per_dual=steps, lr=un.lr,
                                    dual_lr=dual_lr, dual_samples=un.dual_samples, generator=generator,
                                    progress=progress)
 
