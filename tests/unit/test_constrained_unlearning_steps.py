@@ -17,9 +17,10 @@ from tasks.common.claims import load_claims
 from tasks.common.paper_flow import checkpoint_digest
 from tasks.common.params import ParamsError, params_section, validate_paper_section
 from tasks.common.results import SeedResult
-from tasks.constrained_unlearning import claim_metrics, data, figures, hub
+from tasks.constrained_unlearning import claim_metrics, data, figures, hub, method
 from tasks.constrained_unlearning.config import CONFIG
 from tasks.constrained_unlearning.evaluate import evaluate
+from tasks.constrained_unlearning.model import stage_optimum
 from tasks.constrained_unlearning.train import train
 
 TASK_DIR = Path(__file__).resolve().parents[2] / "tasks" / "constrained_unlearning"
@@ -77,7 +78,7 @@ def test_mixture_table_is_seeded_and_well_formed():
 
 
 CHECKPOINTS = sorted(["baseline00_loss_mixing_0.2.safetensors", "baseline01_esd_0.01.safetensors",
-                      "baseline02_weight_reg_1.safetensors", "concept_qu.safetensors",
+                      "baseline02_weight_reg_1.safetensors",
                       "data_unlearned_fu.safetensors", "dual_variables.json", "memorised.safetensors",
                       "pretrained.safetensors"] + [f"unlearned_{f}{tag}.safetensors" for f in ("fu", "lu", "ru")
                                                    for tag in ("", "_analytic")])
@@ -141,12 +142,24 @@ def test_training_metrics_are_training_only(smoke_run):
 
 
 def test_smoke_exact_claims_hold(smoke_run):
-    """Stage A is exact at every profile: the smoke run must already satisfy its checks."""
-    metrics = smoke_run[3].metrics
-    for f in ("ru", "fu", "lu"):
+    """Stage A at the smoke profile: FU and LU already satisfy their checks in the run's 100 iterations. RU at the
+    threshold matched to LU's optimum's forget mass (round 3) converges more slowly under the one normalised dual
+    step (TV 0.011 after 100 iterations): it is checked here with 1,000 iterations of the same loop, and the run's
+    100 iterations are shown to fall short (so the check is not vacuous)."""
+    cfg, metrics = smoke_run[0], smoke_run[3].metrics
+    for f in ("fu", "lu"):
         assert metrics[f"a_{f}_tv_to_closed_form"] < 1e-3
         assert metrics[f"a_{f}_lambda_rel_error"] < 0.01
+    for f in ("ru", "fu", "lu"):
         assert metrics[f"a_{f}_min_lambda"] >= 0
+    assert metrics["a_ru_tv_to_closed_form"] > 1e-3
+    q, forget, _ = data.mixture_from_table(data.mixture_table(cfg.mixture, seed=0))
+    _, problem = data.grid_problem(q, forget, cfg.grid)
+    optimum = stage_optimum("ru", problem, cfg.grid)
+    run = method.primal_dual_grid("ru", problem, optimum.bound, 1000, cfg.grid.primal_step,
+                                  optimum.dual_lr(cfg.grid.dual_step))
+    assert method.tv_distance(run.p, optimum.p, problem.cell) < 1e-3
+    assert abs(run.lam - optimum.lam) / optimum.lam < 0.01
     assert metrics["a_lu_over_ru_retained_kl"] < 0.5
     assert metrics["c6_esd_eta_at_lambda_two_thirds"] == pytest.approx(2.0)
 
@@ -165,14 +178,17 @@ def test_training_is_deterministic_to_the_checkpoint_bytes(smoke_run, tmp_path):
 
 
 def test_evaluation_reads_the_checkpoints(smoke_run, tmp_path):
-    """Negative control of the test above: a changed checkpoint (the LU run's weights replaced by the pretrained
-    ones) changes LU's measurement, and a missing one fails."""
+    """Negative control of the test above: a changed checkpoint (the LU run's weights replaced by the memorised
+    model's) changes LU's measurement, and a missing one fails. (Not the pretrained weights: smoke's on-policy LU
+    may end its 3 dual updates at lambda = 0, where the trajectory-KL gradient is exactly 0 and the weights stay
+    the pretrained ones.)"""
     cfg, root, _, _, _, evaluated = smoke_run
     folder = tmp_path / "seed0"
     shutil.copytree(root / "models" / "seed0", folder)
-    shutil.copy(folder / "pretrained.safetensors", folder / "unlearned_lu.safetensors")
+    shutil.copy(folder / "memorised.safetensors", folder / "unlearned_lu.safetensors")
     changed = evaluate(cfg, 0, root / "data", folder)
-    assert changed.metrics["b_lu_forget_mass"] != evaluated.metrics["b_lu_forget_mass"]
+    lu_keys = [k for k in evaluated.metrics if k.startswith("b_lu_") and not k.startswith("b_lu_analytic")]
+    assert any(changed.metrics[k] != evaluated.metrics[k] for k in lu_keys)
     assert changed.metrics["b_ru_forget_mass"] == evaluated.metrics["b_ru_forget_mass"]
     (folder / "memorised.safetensors").unlink()
     with pytest.raises(FileNotFoundError, match="memorised"):
