@@ -85,6 +85,9 @@ class UnlearnConfig(ProfileConfig):
     lu_grad_steps: int = Field(ge=1, description="denoising steps per trajectory that carry the LU gradient")
     lu_steps_per_dual: int = Field(ge=1, description="on-policy LU primal steps per dual update (each samples "
                                                       "lu_trajectories full chains: the budget's largest cost)")
+    ru_dual_updates: int = Field(ge=1, description="RU's dual updates (both runs), same normalised dual step: RU's "
+                                                   "lambda_b*|g0|/s is 2-4x LU's/FU's (grid-only rule: README)")
+    ru_steps_per_dual: int = Field(ge=1, description="RU's primal steps per dual update (both runs)")
 
 
 class DataUnlearnConfig(ProfileConfig):

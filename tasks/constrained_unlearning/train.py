@@ -22,7 +22,7 @@ import torch
 from tasks.common.io import save_state_dict, write_json
 from tasks.common.results import Progress, SeedResult, no_progress
 from tasks.constrained_unlearning import baselines, data, diffusion, method
-from tasks.constrained_unlearning.config import ConstrainedUnlearningConfig
+from tasks.constrained_unlearning.config import ConstrainedUnlearningConfig, UnlearnConfig
 from tasks.constrained_unlearning.hub import refuse_unimplemented
 from tasks.constrained_unlearning.mixture import GaussianMixture
 from tasks.constrained_unlearning.model import (
@@ -108,6 +108,19 @@ def pretrain(cfg: ConstrainedUnlearningConfig, seed: int, pool: torch.Tensor, sc
     return model, losses
 
 
+def dual_schedule(formulation: str, un: UnlearnConfig, density_free: bool) -> tuple[int, int]:
+    """(dual updates, primal steps per dual update) of one Stage B run. One normalised dual step s for all three
+    formulations, so the number of updates to reach lambda_b at full violation is lambda_b*|g0|/s, which at the
+    matched threshold is 2-4x larger for RU than for LU and FU: RU gets its own count (``ru_dual_updates``, set by
+    the grid-only rule in the README) at ``ru_steps_per_dual``, for both its runs. The density-free LU run is
+    on-policy (each primal step samples full chains) and takes ``lu_steps_per_dual``."""
+    if formulation == "ru":
+        return un.ru_dual_updates, un.ru_steps_per_dual
+    if formulation == "lu" and density_free:
+        return un.dual_updates, un.lu_steps_per_dual
+    return un.dual_updates, un.steps_per_dual
+
+
 def unlearn_each_formulation(cfg: ConstrainedUnlearningConfig, seed: int, pretrained: diffusion.EpsilonMLP,
                              pool: torch.Tensor, q: GaussianMixture, forget: GaussianMixture,
                              schedule: diffusion.NoiseSchedule, model_dir: Path, result: SeedResult,
@@ -139,9 +152,10 @@ def unlearn_each_formulation(cfg: ConstrainedUnlearningConfig, seed: int, pretra
             progress(0.3 + 0.4 * (i + fraction) / 3, f"seed {seed}: primal-dual {f.upper()} {fraction:.0%}")
 
         reference = clone(pretrained)
+        ref_updates, ref_steps = dual_schedule(f, un, density_free=False)
         ref_run = method.primal_dual_unlearn(
-            f, reference, schedule, pool, *log_masses, optimum.bound, constraint, dual_updates=un.dual_updates,
-            steps_per_dual=un.steps_per_dual, batch_size=un.batch_size, lr=un.lr,
+            f, reference, schedule, pool, *log_masses, optimum.bound, constraint, dual_updates=ref_updates,
+            steps_per_dual=ref_steps, batch_size=un.batch_size, lr=un.lr,
             dual_lr=optimum.dual_lr(un.dual_step), dual_samples=un.dual_samples,
             generator=torch.Generator().manual_seed(10_000 * (seed + 1) + i))
         save_state_dict(reference, model_dir / unlearned_file(f, analytic=True))
@@ -202,9 +216,9 @@ def density_free_unlearn(formulation: str, cfg: ConstrainedUnlearningConfig, mod
         return method.lu_reinforce_loss(model, frozen, schedule, likelihood, lam, un.lu_trajectories,
                                         un.lu_grad_steps)
 
-    steps = un.lu_steps_per_dual if formulation == "lu" else un.steps_per_dual
+    updates, steps = dual_schedule(formulation, un, density_free=True)
     return method.primal_dual_loop(formulation, model, schedule, primal_loss, bound, constraint,
-                                   dual_updates=un.dual_updates, steps_per_dual=steps, lr=un.lr,
+                                   dual_updates=updates, steps_per_dual=steps, lr=un.lr,
                                    dual_lr=dual_lr, dual_samples=un.dual_samples, generator=generator,
                                    progress=progress)
 

@@ -201,8 +201,11 @@ def test_density_free_run_never_evaluates_p0_or_the_target(monkeypatch, tiny_set
                                      forget, forget_samples, schedule, bound, lambda s: 0.5, 0.1,
                                      torch.Generator().manual_seed(0))
     assert calls == []
-    steps = cfg.unlearn.lu_steps_per_dual if formulation == "lu" else cfg.unlearn.steps_per_dual
-    assert run.lambdas[0] > 0 and len(run.losses) == cfg.unlearn.dual_updates * steps
+    un = cfg.unlearn
+    updates, steps = {"ru": (un.ru_dual_updates, un.ru_steps_per_dual),
+                      "lu": (un.dual_updates, un.lu_steps_per_dual)}.get(formulation, (un.dual_updates,
+                                                                                         un.steps_per_dual))
+    assert run.lambdas[0] > 0 and len(run.losses) == updates * steps and len(run.lambdas) == updates
     assert any(not torch.equal(a, b) for a, b in zip(before, model.parameters()))
     with pytest.raises(AssertionError, match="evaluated p"):
         method.primal_dual_unlearn(formulation, train.clone(pretrained), schedule, pool, log_q_pool, log_qu_pool,
