@@ -13,21 +13,11 @@ import torch
 
 from tasks.common.params import params_section
 from tasks.constrained_unlearning import data, diffusion, method, train
+from tasks.constrained_unlearning import model as model_module
 from tasks.constrained_unlearning.config import CONFIG
 from tasks.constrained_unlearning.mixture import GaussianMixture, single_gaussian
 from tasks.constrained_unlearning.model import lu_matched_ru_bound, stage_optimum
 from tests.unit.test_constrained_unlearning_density_free import forbid_p0_and_target
-
-
-class LearnableConstantEps(torch.nn.Module):
-    """eps_theta(x_t, t) = c for every input, with c a parameter (hand-computable ancestral means)."""
-
-    def __init__(self, value: tuple[float, float]) -> None:
-        super().__init__()
-        self.c = torch.nn.Parameter(torch.tensor(value))
-
-    def forward(self, x_t: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
-        return self.c.expand(x_t.shape[0], 2)
 
 
 class ShiftedGaussianEps(torch.nn.Module):
@@ -52,16 +42,36 @@ def config(profile: str):
 # Pieces of the on-policy LU loss
 # ------------------------------------------------------------------------------------------------
 
-def test_gaussian_log_prob_and_step_kl_exact():
+def check_gaussian_pieces() -> None:
     """log N((1, 2); 0, 0.5 I) = -(1 + 4) / 1 - log(2 pi 0.5) = -5 - log(pi); KL between N((1, 0), 0.25 I) and
-    N((0, 2), 0.25 I) = (1 + 4) / 0.5 = 10. Negative control: the log-density with the standard deviation in place
-    of the variance misses the hand value."""
+    N((0, 2), 0.25 I) = (1 + 4) / 0.5 = 10."""
     x, mean = torch.tensor([[1.0, 2.0]], dtype=torch.float64), torch.zeros((1, 2), dtype=torch.float64)
     assert float(method.gaussian_log_prob(x, mean, 0.5)[0]) == pytest.approx(-5.0 - math.log(math.pi), rel=1e-12)
     kl = method.gaussian_step_kl(torch.tensor([[1.0, 0.0]]), torch.tensor([[0.0, 2.0]]), 0.25)
     assert float(kl[0]) == pytest.approx(10.0, rel=1e-6)
-    wrong = method.gaussian_log_prob(x, mean, math.sqrt(0.5))
-    assert float(wrong[0]) != pytest.approx(-5.0 - math.log(math.pi), rel=1e-3)
+
+
+def test_gaussian_log_prob_and_step_kl_exact():
+    check_gaussian_pieces()
+
+
+def broken_log_prob(x, mean, var):
+    """gaussian_log_prob with the standard deviation in place of the variance (a plausible slip)."""
+    var = torch.as_tensor(var, dtype=x.dtype).sqrt()
+    return -((x - mean) ** 2).sum(dim=1) / (2 * var) - 0.5 * x.shape[1] * torch.log(2 * math.pi * var)
+
+
+def broken_step_kl(mean_p, mean_r, var):
+    """gaussian_step_kl without the 1/2 (the KL of two equal-variance Gaussians has it)."""
+    return ((mean_p - mean_r) ** 2).sum(dim=1) / torch.as_tensor(var, dtype=mean_p.dtype)
+
+
+@pytest.mark.parametrize("name, broken", [("gaussian_log_prob", broken_log_prob),
+                                          ("gaussian_step_kl", broken_step_kl)])
+def test_gaussian_pieces_check_fails_with_a_broken_library(monkeypatch, name, broken):
+    monkeypatch.setattr(method, name, broken)
+    with pytest.raises(AssertionError):
+        check_gaussian_pieces()
 
 
 def test_lu_reinforce_surrogate_exact():
@@ -77,76 +87,170 @@ def test_lu_reinforce_surrogate_exact():
     value.backward()
     np.testing.assert_allclose(log_probs.grad.numpy(), np.array([-0.6, -0.2, 0.8]) / 3, rtol=1e-12)
     assert likelihoods.grad is None or float(likelihoods.grad.abs().sum()) == 0.0
-    flipped = (-2.0 * (likelihoods - likelihoods.mean()).detach() * log_probs + kls).mean()
-    assert float(flipped) != pytest.approx(2.9 / 3, rel=1e-3)
     with pytest.raises(ValueError, match="lambda"):
         method.lu_reinforce_surrogate(log_probs, kls, likelihoods, -0.1)
 
 
-def hand_lu_loss(model_c: np.ndarray, frozen_c: np.ndarray, schedule: diffusion.NoiseSchedule, states: np.ndarray,
-                 lam: float, likelihood) -> float:
-    """The on-policy LU loss with every step used, in float64 numpy, for networks predicting constant noise:
-    ancestral mean (x - beta / sqrt(1 - abar) c) / sqrt(1 - beta), Gaussian log-probability of the next state
-    and the step KL to the frozen mean."""
+def flipped_surrogate(log_probs, step_kls, likelihoods, lam):
+    """The surrogate with the reward's sign flipped (it would raise q_u's likelihood)."""
+    return (-lam * (likelihoods - likelihoods.mean()).detach() * log_probs + step_kls).mean()
+
+
+def test_lu_reinforce_surrogate_check_fails_with_the_reward_sign_flipped(monkeypatch):
+    monkeypatch.setattr(method, "lu_reinforce_surrogate", flipped_surrogate)
+    with pytest.raises(AssertionError):
+        test_lu_reinforce_surrogate_exact()
+
+
+class TimeScaledEps(torch.nn.Module):
+    """eps_theta(x_t, t) = c (t + 1), c a 2-D parameter: constant in x but different at every step, so an
+    off-by-one in the timestep handed to the network changes every mean (used for the sampler's replay)."""
+
+    def __init__(self, value: tuple[float, float]) -> None:
+        super().__init__()
+        self.c = torch.nn.Parameter(torch.tensor(value))
+
+    def forward(self, x_t: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
+        return self.c[None, :] * (t.to(self.c.dtype) + 1)[:, None]
+
+
+def shifted_gaussian(schedule: diffusion.NoiseSchedule, m: tuple[float, float]) -> torch.nn.Module:
+    model = ShiftedGaussianEps(schedule)
+    with torch.no_grad():
+        model.m.copy_(torch.tensor(m))
+    return model
+
+
+def hand_lu_loss(model_m: np.ndarray, frozen_m: np.ndarray, schedule: diffusion.NoiseSchedule, states: np.ndarray,
+                 lam: float, likelihood, steps: list[int]) -> float:
+    """The on-policy LU loss over ``steps`` (scaled by T / len(steps)), in float64 numpy, for the exact N(m, I)
+    networks eps(x, t) = sqrt(1 - abar_t) (x - sqrt(abar_t) m) (t-dependent through abar_t): ancestral mean
+    (x - beta_s / sqrt(1 - abar_s) eps(x, s)) / sqrt(1 - beta_s), Gaussian log-probability of the next state and
+    the step KL to the frozen mean."""
     betas = schedule.betas.double().numpy()
     abars = schedule.alpha_bars.double().numpy()
     n = states.shape[1]
     log_probs, kls = np.zeros(n), np.zeros(n)
-    for s in range(schedule.timesteps):
-        x = states[s + 1]
-        mean = (x - betas[s] / math.sqrt(1 - abars[s]) * model_c) / math.sqrt(1 - betas[s])
-        frozen = (x - betas[s] / math.sqrt(1 - abars[s]) * frozen_c) / math.sqrt(1 - betas[s])
+
+    def step_mean(x: np.ndarray, s: int, m: np.ndarray) -> np.ndarray:
+        eps = math.sqrt(1 - abars[s]) * (x - math.sqrt(abars[s]) * m)
+        return (x - betas[s] / math.sqrt(1 - abars[s]) * eps) / math.sqrt(1 - betas[s])
+
+    for s in steps:
+        mean, frozen = step_mean(states[s + 1], s, model_m), step_mean(states[s + 1], s, frozen_m)
         log_probs += -((states[s] - mean) ** 2).sum(1) / (2 * betas[s]) - math.log(2 * math.pi * betas[s])
         kls += ((mean - frozen) ** 2).sum(1) / (2 * betas[s])
+    scale = schedule.timesteps / len(steps)
     rewards = likelihood(states[0])
-    return float(np.mean(lam * (rewards - rewards.mean()) * log_probs + kls))
+    return float(np.mean(lam * (rewards - rewards.mean()) * scale * log_probs + scale * kls))
 
 
-def _one_lu_loss(lam: float = 1.5) -> tuple[float, float]:
-    schedule = diffusion.NoiseSchedule.linear(4)
-    model, frozen = LearnableConstantEps((0.3, -0.2)), LearnableConstantEps((0.1, 0.4))
+def _one_lu_loss(lam: float = 1.5, timesteps: int = 4, grad_steps: int = 4) -> tuple[float, float]:
+    """The library's loss and the hand one on the same trajectories: the generator is replayed (T + 1 normal
+    draws of sample_trajectory, then the randperm that picks the gradient-carrying steps). Model N((0.3, -0.2), I),
+    frozen N((0.1, 0.4), I), reward the density of N((0.5, -0.5), 0.7^2 I): the rewards differ between trajectories,
+    so both the REINFORCE and the KL part carry weight."""
+    schedule = diffusion.NoiseSchedule.linear(timesteps)
+    model, frozen = shifted_gaussian(schedule, (0.3, -0.2)), shifted_gaussian(schedule, (0.1, 0.4))
     forget = single_gaussian(np.array([0.5, -0.5]), 0.7)
 
     def likelihood(points: torch.Tensor) -> torch.Tensor:
         return torch.as_tensor(forget.density(points.numpy().astype(np.float64)))
 
-    loss = method.lu_reinforce_loss(model, frozen, schedule, likelihood, lam, n_trajectories=6, grad_steps=4)
-    value = float(loss(torch.Generator().manual_seed(7)))
-    states = diffusion.sample_trajectory(model, schedule, 6, torch.Generator().manual_seed(7)).double().numpy()
+    loss = method.lu_reinforce_loss(model, frozen, schedule, likelihood, lam, n_trajectories=6,
+                                    grad_steps=grad_steps)
+    value = float(loss(torch.Generator().manual_seed(7)).detach())
+    replay = torch.Generator().manual_seed(7)
+    states = diffusion.sample_trajectory(model, schedule, 6, replay).double().numpy()
+    steps = torch.randperm(timesteps, generator=replay)[:grad_steps].tolist()
     hand = hand_lu_loss(np.array([0.3, -0.2]), np.array([0.1, 0.4]), schedule, states, lam,
-                        lambda x: forget.density(x))
+                        lambda x: forget.density(x), steps)
     return value, hand
 
 
-def test_lu_reinforce_loss_exact_on_hand_trajectories():
-    """lu_reinforce_loss with every step carrying the gradient (grad_steps = T = 4) equals the float64 hand
-    computation on the same trajectories (same generator). Negative control: an ancestral mean without the
-    1 / sqrt(1 - beta) factor makes the library's value miss the hand one."""
-    value, hand = _one_lu_loss()
-    assert value == pytest.approx(hand, rel=1e-4)
+CASES = [(4, 4), (10, 3)]  # every step (grad_steps = T), and the cpu path's subsample (x T / grad_steps)
 
 
-def test_lu_reinforce_loss_check_fails_with_a_broken_mean(monkeypatch):
-    def broken(model, schedule, x, step):
-        eps = model(x, torch.full((x.shape[0],), step, dtype=torch.long))
-        return x - schedule.betas[step] / (1 - schedule.alpha_bars[step]).sqrt() * eps
+@pytest.mark.parametrize("timesteps, grad_steps", CASES)
+def test_lu_reinforce_loss_exact_on_hand_trajectories(timesteps, grad_steps):
+    """lu_reinforce_loss equals the float64 hand computation on the same trajectories, with every step carrying
+    the gradient and with 3 of 10 steps (the replayed randperm draw, scaled by 10/3). Negative controls below:
+    an ancestral mean without the 1 / sqrt(1 - beta) factor, the network given step + 1 instead of step, and the
+    Gaussian pieces broken inside the library each make the value miss the hand one."""
+    value, hand = _one_lu_loss(timesteps=timesteps, grad_steps=grad_steps)
+    assert value == pytest.approx(hand, rel=1e-5)
 
-    monkeypatch.setattr(diffusion, "denoising_mean", broken)
-    value, hand = _one_lu_loss()
-    assert value != pytest.approx(hand, rel=1e-4)
+
+def mean_without_the_variance_factor(model, schedule, x, step):
+    eps = model(x, torch.full((x.shape[0],), step, dtype=torch.long))
+    return x - schedule.betas[step] / (1 - schedule.alpha_bars[step]).sqrt() * eps
+
+
+def mean_with_the_next_timestep(model, schedule, x, step):
+    """An off-by-one in the timestep handed to the network (step + 1, clipped to the last one)."""
+    eps = model(x, torch.full((x.shape[0],), min(step + 1, schedule.timesteps - 1), dtype=torch.long))
+    return (x - schedule.betas[step] / (1 - schedule.alpha_bars[step]).sqrt() * eps) / (
+        1 - schedule.betas[step]).sqrt()
+
+
+@pytest.mark.parametrize("timesteps, grad_steps", CASES)
+@pytest.mark.parametrize("module, name, broken", [
+    (diffusion, "denoising_mean", mean_without_the_variance_factor),
+    (diffusion, "denoising_mean", mean_with_the_next_timestep),
+    (method, "gaussian_log_prob", broken_log_prob),
+    (method, "gaussian_step_kl", broken_step_kl),
+    (method, "lu_reinforce_surrogate", flipped_surrogate)])
+def test_lu_reinforce_loss_check_fails_with_a_broken_library(monkeypatch, timesteps, grad_steps, module, name,
+                                                            broken):
+    monkeypatch.setattr(module, name, broken)
+    with pytest.raises(AssertionError):
+        test_lu_reinforce_loss_exact_on_hand_trajectories(timesteps, grad_steps)
+
+
+def check_sample_trajectory() -> None:
+    """Replaying the generator by hand (noise order: x_T, then steps T-1 ... 0, each mean (x - beta /
+    sqrt(1 - abar) c (s + 1)) / sqrt(1 - beta) plus sqrt(beta) e) gives every state; and diffusion.sample, which
+    draws the same noise except the last step's, ends at states[0] - sqrt(beta_0) e_0."""
+    schedule = diffusion.NoiseSchedule.linear(4)
+    model = TimeScaledEps((0.3, -0.2))
+    states = diffusion.sample_trajectory(model, schedule, 5, torch.Generator().manual_seed(3))
+    assert states.shape == (5, 5, 2)
+    replay = torch.Generator().manual_seed(3)
+    betas, abars = schedule.betas.double(), schedule.alpha_bars.double()
+    c = torch.tensor([0.3, -0.2], dtype=torch.float64)
+    x = torch.randn((5, 2), generator=replay).double()
+    hand = {4: x}
+    for s in reversed(range(4)):
+        mean = (x - betas[s] / (1 - abars[s]).sqrt() * c * (s + 1)) / (1 - betas[s]).sqrt()
+        last_noise = torch.randn((5, 2), generator=replay).double()
+        x = mean + betas[s].sqrt() * last_noise
+        hand[s] = x
+    for s in range(5):
+        np.testing.assert_allclose(states[s].double().numpy(), hand[s].numpy(), rtol=1e-5, atol=1e-6)
+    sampled = diffusion.sample(model, schedule, 5, torch.Generator().manual_seed(3)).double()
+    np.testing.assert_allclose(sampled.numpy(), (hand[0] - betas[0].sqrt() * last_noise).numpy(), rtol=1e-5,
+                               atol=1e-6)
 
 
 def test_sample_trajectory_ends_where_the_sampler_does():
-    """The trajectory's steps are the sampler's arithmetic: with the same noise, states[0] differs from
-    diffusion.sample only by the last step's noise sqrt(beta_0) e (here T = 4, beta_0 = 0.025)."""
-    schedule = diffusion.NoiseSchedule.linear(4)
-    model = LearnableConstantEps((0.3, -0.2))
-    states = diffusion.sample_trajectory(model, schedule, 5, torch.Generator().manual_seed(3))
-    assert states.shape == (5, 5, 2)
-    x1 = states[1]
-    expected = diffusion.denoising_mean(model, schedule, x1, 0)
-    residual = (states[0] - expected) / schedule.betas[0].sqrt()
-    assert float(residual.abs().max()) < 5.0 and float(residual.abs().max()) > 0  # one standard-normal draw
+    check_sample_trajectory()
+
+
+def test_sample_trajectory_check_fails_without_the_last_step_noise(monkeypatch):
+    """Negative control: a trajectory sampler that drops the last step's noise (as diffusion.sample does) misses
+    the replayed states."""
+    @torch.no_grad()
+    def without_last_noise(model, schedule, n, generator):
+        states = [torch.randn((n, 2), generator=generator)]
+        for step in reversed(range(schedule.timesteps)):
+            mean = diffusion.denoising_mean(model, schedule, states[-1], step)
+            noise = torch.randn((n, 2), generator=generator) if step > 0 else torch.zeros((n, 2))
+            states.append(mean + schedule.betas[step].sqrt() * noise)
+        return torch.stack(states[::-1])
+
+    monkeypatch.setattr(diffusion, "sample_trajectory", without_last_noise)
+    with pytest.raises(AssertionError):
+        check_sample_trajectory()
 
 
 def _lu_learning(lam: float, steps: int = 60) -> tuple[float, float]:
@@ -204,9 +308,17 @@ def test_noised_score_epsilon_exact_for_a_gaussian():
     abar = schedule.alpha_bars[t].double().numpy()
     got = eps_fn(x, t).numpy()
     np.testing.assert_allclose(got, _hand_gaussian_epsilon(x.numpy(), forget.means[0], 0.5, abar), rtol=1e-6)
-    wrong = (1 - abar)[:, None] * (x.numpy() - np.sqrt(abar)[:, None] * forget.means[0]) / (
-        abar * 0.25 + 1 - abar)[:, None]
-    assert not np.allclose(got, wrong, rtol=1e-3)
+
+
+def test_noised_score_epsilon_check_fails_with_sigma_squared(monkeypatch):
+    """Negative control: the library's eps built with sigma_t^2 = 1 - abar in place of sigma_t misses."""
+    def broken(noised_score, schedule):
+        abars = schedule.alpha_bars
+        return lambda x_t, t: -(1 - abars[t])[:, None] * noised_score(x_t, abars[t])
+
+    monkeypatch.setattr(method, "noised_score_epsilon", broken)
+    with pytest.raises(AssertionError):
+        test_noised_score_epsilon_exact_for_a_gaussian()
 
 
 def test_ru_run_composed_with_qu_score_never_evaluates_p0(monkeypatch):
@@ -274,11 +386,21 @@ def test_lu_matched_ru_bound_is_the_constraint_at_the_matched_target(cpu_problem
     p = method.target("ru", problem, method.lambda_for_forget_mass("ru", problem, lu_mass))
     positive = p > 0
     hand = float(np.sum(p[positive] * (np.log(p[positive]) - problem.log_qu[positive])) * problem.cell)
-    bound = lu_matched_ru_bound(problem, cfg.grid.target_forget_mass)
+    bound = model_module.lu_matched_ru_bound(problem, cfg.grid.target_forget_mass)
     assert bound == pytest.approx(hand, rel=1e-9)
-    qu = np.exp(problem.log_qu)
-    wrong = float(np.sum(qu * (problem.log_qu - np.log(np.maximum(p, 1e-300)))) * problem.cell)
-    assert wrong != pytest.approx(bound, rel=1e-2)
+
+
+def test_lu_matched_ru_bound_check_fails_with_the_other_kl(monkeypatch, cpu_problem):
+    """Negative control: the library's bound taken with FU's constraint (KL(q_u || p), the other direction) at the
+    same target misses the hand sum."""
+    real = method.constraint_value
+
+    def other_direction(formulation, p, problem):
+        return real("fu" if formulation == "ru" else formulation, p, problem)
+
+    monkeypatch.setattr(method, "constraint_value", other_direction)
+    with pytest.raises(AssertionError):
+        test_lu_matched_ru_bound_is_the_constraint_at_the_matched_target(cpu_problem)
 
 
 def test_config_refuses_more_gradient_steps_than_timesteps():
