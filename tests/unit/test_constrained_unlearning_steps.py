@@ -204,6 +204,32 @@ def test_figures_build_from_results(smoke_run, tmp_path):
     assert pl.read_csv(tmp_path / "plots" / "tradeoff.csv")["seed"].unique().sort().to_list() == [0, 1]
 
 
+def check_lambda_csv_labels(result, folder) -> None:
+    """Every lambda curve keeps its run's label in the CSV, with its own length (the analytic references were
+    all written as "ic" before the review of round 3)."""
+    figures.make_figures(None, [result], folder / "figures", folder / "plots")
+    frame = pl.read_csv(folder / "plots" / "lambda_trajectories.csv")
+    runs = {(stage, run): n for stage, run, n in frame.group_by(["stage", "formulation"]).len().iter_rows()}
+    expected = {("b", f + suffix): len(result.curves[f"b_lambda_{f}{suffix}"])
+                for f in ("ru", "fu", "lu") for suffix in ("", "_analytic")}
+    expected |= {("a", f): len(result.curves[f"a_lambda_{f}"]) for f in ("ru", "fu", "lu")}
+    expected |= {("c", "fu"): len(result.curves["c_lambda_fu"])}
+    assert runs == expected
+
+
+def test_lambda_csv_labels_every_run(smoke_run, tmp_path):
+    assert figures.lambda_curve_run("b_lambda_ru_analytic") == "ru_analytic"
+    assert figures.lambda_curve_run("a_lambda_lu") == "lu"
+    check_lambda_csv_labels(smoke_run[3], tmp_path)
+
+
+def test_lambda_csv_labels_check_fails_with_the_old_label(smoke_run, tmp_path, monkeypatch):
+    """Negative control: the former label (the key's last two characters) merges the analytic curves into "ic"."""
+    monkeypatch.setattr(figures, "lambda_curve_run", lambda name: name[-2:])
+    with pytest.raises(AssertionError):
+        check_lambda_csv_labels(smoke_run[3], tmp_path)
+
+
 @pytest.mark.parametrize("step", [train, evaluate])
 def test_stale_data_is_rejected_naming_the_key(smoke_run, tmp_path, step):
     cfg, root, *_ = smoke_run
