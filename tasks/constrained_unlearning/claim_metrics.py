@@ -12,7 +12,7 @@ from tasks.common.results import SeedResult
 from tasks.constrained_unlearning import method
 from tasks.constrained_unlearning.config import ConstrainedUnlearningConfig
 
-FORGET_MASS_BAND = 0.02  # brief (b)1: each constrained run hits the target forget mass +- 0.02
+FORGET_MASS_BAND = 0.02  # the project's +-0.02 band: each constrained run hits the target forget mass +- 0.02
 
 
 def claim_metrics(cfg: ConstrainedUnlearningConfig, result: SeedResult) -> dict[str, float]:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Literal
+
 from pydantic import Field, model_validator
 
 from tasks.common.params import PaperConfig, ProfileConfig
@@ -39,6 +41,9 @@ class GridConfig(ProfileConfig):
     iterations: int = Field(ge=1)
     primal_step: float = Field(gt=0, le=1)
     dual_step: float = Field(gt=0, description="one normalised dual step for RU, FU and LU (method.normalised_dual_lr)")
+    ru_threshold: Literal["requested_mass", "lu_matched_mass"] = Field(
+        description="RU's threshold: the constraint at the requested-mass reference, or at RU's closed-form target "
+                    "whose forget mass equals LU's constrained optimum's (model.stage_optimum)")
 
 
 class DDPMConfig(ProfileConfig):
@@ -73,6 +78,16 @@ class UnlearnConfig(ProfileConfig):
     knn_k: int = Field(ge=1, le=50)
     forget_samples: int = Field(ge=50, description="samples of q_u the density-free primal steps may use")
     concept_steps: int = Field(ge=1, description="DSM steps fitting RU's q_u network (from the pretrained weights)")
+    ru_concept_score: Literal["analytic", "learned"] = Field(
+        description="q_u's score in RU's composition: q_u's own (the one the dual step's constraint uses) or a "
+                    "network fitted on q_u's samples (concept_steps)")
+    lu_trajectories: int = Field(ge=8, description="model trajectories per on-policy LU primal step (REINFORCE)")
+    lu_grad_steps: int = Field(ge=1, description="denoising steps per trajectory that carry the LU gradient")
+    lu_steps_per_dual: int = Field(ge=1, description="on-policy LU primal steps per dual update (each samples "
+                                                      "lu_trajectories full chains: the budget's largest cost)")
+    ru_dual_updates: int = Field(ge=1, description="RU's dual updates (both runs), same normalised dual step: RU's "
+                                                   "lambda_b*|g0|/s is 2-4x LU's/FU's (grid-only rule: README)")
+    ru_steps_per_dual: int = Field(ge=1, description="RU's primal steps per dual update (both runs)")
 
 
 class DataUnlearnConfig(ProfileConfig):
@@ -158,6 +173,9 @@ class ConstrainedUnlearningConfig(PaperConfig):
             if self.data_unlearn.n_points > self.mixture.n_ring_modes - 1:
                 raise ValueError(f"data_unlearn.n_points ({self.data_unlearn.n_points}) must be <= n_ring_modes - 1 "
                                  f"({self.mixture.n_ring_modes - 1}): one forget point per ring mode")
+        if self.unlearn is not None and self.unlearn.lu_grad_steps > self.ddpm.timesteps:
+            raise ValueError(f"unlearn.lu_grad_steps ({self.unlearn.lu_grad_steps}) must be <= ddpm.timesteps "
+                             f"({self.ddpm.timesteps}): the steps are drawn without replacement from the trajectory")
         if self.grid.half_width <= self.mixture.ring_radius + self.mixture.close_offset + 3 * self.mixture.sigma:
             raise ValueError("grid.half_width must exceed ring_radius + close_offset + 3 sigma (the grid must hold q)")
         return self

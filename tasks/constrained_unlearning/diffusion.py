@@ -126,3 +126,23 @@ def train(model: nn.Module, loss_fn: Callable[[torch.Generator], torch.Tensor], 
         if on_step is not None:
             on_step(step, losses[-1])
     return losses
+
+
+def denoising_mean(model: nn.Module, schedule: NoiseSchedule, x: torch.Tensor, step: int) -> torch.Tensor:
+    """Mean of the ancestral step p_theta(x_{step-1} | x_step): (x - beta / sqrt(1 - abar) eps_theta) / sqrt(1 - beta)
+    (Ho et al. 2020, eq. 11; the same arithmetic as :func:`sample`)."""
+    betas, abars = schedule.betas, schedule.alpha_bars
+    eps = model(x, torch.full((x.shape[0],), step, dtype=torch.long))
+    return (x - betas[step] / (1 - abars[step]).sqrt() * eps) / (1 - betas[step]).sqrt()
+
+
+@torch.no_grad()
+def sample_trajectory(model: nn.Module, schedule: NoiseSchedule, n: int, generator: torch.Generator) -> torch.Tensor:
+    """Every state of ``n`` ancestral chains, shape (T + 1, n, 2): ``states[T]`` is the starting noise and
+    ``states[s]`` the output of step s from ``states[s + 1]``. Unlike :func:`sample`, the last step also adds its
+    noise (variance beta_0), so that every step is a Gaussian policy with a log-probability (REINFORCE)."""
+    states = [torch.randn((n, 2), generator=generator)]
+    for step in reversed(range(schedule.timesteps)):
+        mean = denoising_mean(model, schedule, states[-1], step)
+        states.append(mean + schedule.betas[step].sqrt() * torch.randn((n, 2), generator=generator))
+    return torch.stack(states[::-1])

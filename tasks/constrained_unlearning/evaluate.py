@@ -32,11 +32,11 @@ from tasks.constrained_unlearning.model import (
     PRETRAINED,
     DuplicatedSet,
     baseline_jobs,
-    constrained_optimum,
     duplicated_set,
     load_model,
     noise_schedule,
     proxy_radius,
+    stage_optimum,
     unlearned_file,
 )
 
@@ -123,7 +123,7 @@ def stage_a(grid_cfg: GridConfig, problem: method.GridProblem, close_mask: np.nd
     metrics: dict[str, float] = {}
     curves: dict[str, list[float]] = {}
     for f in method.FORMULATIONS:
-        optimum = constrained_optimum(f, problem, grid_cfg.target_forget_mass)
+        optimum = stage_optimum(f, problem, grid_cfg)
         run = method.primal_dual_grid(f, problem, optimum.bound, grid_cfg.iterations, grid_cfg.primal_step,
                                       optimum.dual_lr(grid_cfg.dual_step))
         at_mass = method.target(f, problem, method.lambda_for_forget_mass(f, problem, grid_cfg.target_forget_mass))

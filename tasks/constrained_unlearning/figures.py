@@ -106,6 +106,12 @@ def data_unlearning_figure(results: Results, path: Path) -> Path | None:
     return save_figure(fig, path)
 
 
+def lambda_curve_run(name: str) -> str:
+    """The run a lambda curve belongs to, from its result key ``<stage>_lambda_<run>``: ``ru``, ``ru_analytic``, ...
+    (the analytic reference keeps its own label in plots/lambda_trajectories.csv)."""
+    return name.split("_lambda_", 1)[1]
+
+
 def make_figures(config: ConstrainedUnlearningConfig, results: Results, figures_dir: Path, plots_dir: Path
                  ) -> list[Path]:
     """PNG figures and CSV plot sources; ``config`` is unused (everything needed is in the results)."""
@@ -116,7 +122,7 @@ def make_figures(config: ConstrainedUnlearningConfig, results: Results, figures_
     tradeoff = [row | {"seed": r.seed} for r in results for row in r.tables.get("tradeoff", [])]
     if tradeoff:
         made.append(write_plot_csv(tradeoff, plots_dir / "tradeoff.csv"))
-    lambdas = [{"seed": r.seed, "stage": name[0], "formulation": name[-2:], "step": i, "lambda": v}
+    lambdas = [{"seed": r.seed, "stage": name[0], "formulation": lambda_curve_run(name), "step": i, "lambda": v}
                for r in results for name, curve in r.curves.items() if "_lambda_" in name
                for i, v in enumerate(curve)]
     made.append(write_plot_csv(lambdas, plots_dir / "lambda_trajectories.csv"))

@@ -585,6 +585,81 @@ def lu_likelihood_weights(qu_at_pool: np.ndarray, lam: float) -> np.ndarray:
     return w * (len(w) / w.sum())
 
 
+def noised_score_epsilon(noised_score: Callable[[torch.Tensor, torch.Tensor], torch.Tensor], schedule
+                         ) -> Callable[[torch.Tensor, torch.Tensor], torch.Tensor]:
+    """The noise prediction of a distribution whose noised score is known: eps(x_t, t) = -sqrt(1 - abar_t)
+    grad log q_t(x_t) (the DDPM identity eps = -sigma_t score). RU composes q's network with this for q_u's own
+    score, the q_u that the dual step's constraint KL(p||q_u) measures (q_u is neither p0 nor p*)."""
+    abars = schedule.alpha_bars
+
+    def epsilon(x_t: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
+        abar = abars[t]
+        return -(1 - abar).sqrt()[:, None] * noised_score(x_t, abar)
+
+    return epsilon
+
+
+def gaussian_log_prob(x: torch.Tensor, mean: torch.Tensor, var: torch.Tensor | float) -> torch.Tensor:
+    """log N(x; mean, var I) per row: -||x - mean||^2 / (2 var) - (d / 2) log(2 pi var)."""
+    var = torch.as_tensor(var, dtype=x.dtype)
+    return -((x - mean) ** 2).sum(dim=1) / (2 * var) - 0.5 * x.shape[1] * torch.log(2 * math.pi * var)
+
+
+def gaussian_step_kl(mean_p: torch.Tensor, mean_r: torch.Tensor, var: torch.Tensor | float) -> torch.Tensor:
+    """KL(N(mean_p, var I) || N(mean_r, var I)) per row: ||mean_p - mean_r||^2 / (2 var) (one denoising step of
+    the model against the frozen model; equal variances)."""
+    return ((mean_p - mean_r) ** 2).sum(dim=1) / (2 * torch.as_tensor(var, dtype=mean_p.dtype))
+
+
+def lu_reinforce_surrogate(log_probs: torch.Tensor, step_kls: torch.Tensor, likelihoods: torch.Tensor,
+                           lam: float) -> torch.Tensor:
+    """Surrogate of the on-policy LU Lagrangian lambda E_p[q_u(x_0)] + KL(p || p_0) over n trajectories:
+    mean_i [lambda (q_u(x_0^i) - mean_j q_u(x_0^j)) log p_theta(tau_i) + KL_i]. Its gradient is REINFORCE on the
+    likelihood reward q_u(x_0) (mean baseline; the reward is detached) plus the pathwise gradient of the
+    trajectory KL to the frozen model (the paper's official LU recipe: REINFORCE through trajectory
+    log-probabilities plus a trajectory KL). ``log_probs``, ``step_kls``: per trajectory, summed over steps."""
+    if lam < 0:
+        raise ValueError(f"lambda must be >= 0, got {lam}")
+    advantage = lam * (likelihoods - likelihoods.mean()).detach()
+    return (advantage * log_probs + step_kls).mean()
+
+
+def lu_reinforce_loss(model: torch.nn.Module, frozen: torch.nn.Module, schedule,
+                      likelihood: Callable[[torch.Tensor], torch.Tensor], lam: float, n_trajectories: int,
+                      grad_steps: int) -> PrimalLoss:
+    """LU's on-policy primal loss (the paper's likelihood objective, no density of q or p* anywhere): draw
+    ``n_trajectories`` ancestral chains from the CURRENT model, score each end point by the likelihood
+    q_u(x_0) (the constraint's own function), and return :func:`lu_reinforce_surrogate` over ``grad_steps``
+    denoising steps drawn without replacement (scaled by T / grad_steps: an unbiased estimate of the sum over
+    all T steps). The KL term's gradient is taken at the visited states without the score-function part of
+    their dependence on theta (as in the official recipe and DPOK), so its fixed point approximates p*_lambda
+    = q exp(-lambda q_u) / Z rather than equalling it."""
+    from tasks.constrained_unlearning import diffusion
+
+    timesteps = schedule.timesteps
+    if not 1 <= grad_steps <= timesteps:
+        raise ValueError(f"grad_steps must be in [1, {timesteps}], got {grad_steps}")
+
+    def loss(generator: torch.Generator) -> torch.Tensor:
+        states = diffusion.sample_trajectory(model, schedule, n_trajectories, generator)
+        with torch.no_grad():
+            rewards = likelihood(states[0])
+        steps = torch.randperm(timesteps, generator=generator)[:grad_steps].tolist()
+        log_probs = torch.zeros(n_trajectories)
+        step_kls = torch.zeros(n_trajectories)
+        for step in steps:
+            var = schedule.betas[step]
+            mean = diffusion.denoising_mean(model, schedule, states[step + 1], step)
+            with torch.no_grad():
+                frozen_mean = diffusion.denoising_mean(frozen, schedule, states[step + 1], step)
+            log_probs = log_probs + gaussian_log_prob(states[step], mean, var)
+            step_kls = step_kls + gaussian_step_kl(mean, frozen_mean, var)
+        scale = timesteps / grad_steps
+        return lu_reinforce_surrogate(scale * log_probs, scale * step_kls, rewards, lam)
+
+    return loss
+
+
 # ------------------------------------------------------------------------------------------------
 # Sample-based metrics (Stage B)
 # ------------------------------------------------------------------------------------------------

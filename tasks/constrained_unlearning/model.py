@@ -16,7 +16,7 @@ import numpy as np
 
 from tasks.common.io import load_state_dict
 from tasks.constrained_unlearning import data, diffusion, method
-from tasks.constrained_unlearning.config import BaselineConfig, ConstrainedUnlearningConfig, DDPMConfig
+from tasks.constrained_unlearning.config import BaselineConfig, ConstrainedUnlearningConfig, DDPMConfig, GridConfig
 from tasks.constrained_unlearning.mixture import GaussianMixture
 
 PRETRAINED = "pretrained.safetensors"
@@ -60,7 +60,27 @@ class ConstrainedOptimum:
 
 
 def constrained_optimum(formulation: str, problem: method.GridProblem, forget_mass: float) -> ConstrainedOptimum:
-    bound = method.bound_for_forget_mass(formulation, problem, forget_mass)
+    return optimum_at_bound(formulation, problem, method.bound_for_forget_mass(formulation, problem, forget_mass))
+
+
+def lu_matched_ru_bound(problem: method.GridProblem, forget_mass: float) -> float:
+    """RU's threshold matched to LU's request: LU's constrained optimum at the requested mass has forget mass m_LU;
+    RU's closed-form target with that forget mass (:func:`method.lambda_for_forget_mass`) gives RU's threshold, its
+    constraint value there. Both optima then remove the same forget mass (the comparison C4 needs)."""
+    lu_mass = method.mass(constrained_optimum("lu", problem, forget_mass).p, problem.forget_mask, problem.cell)
+    lam = method.lambda_for_forget_mass("ru", problem, lu_mass)
+    return method.constraint_value("ru", method.target("ru", problem, lam), problem)
+
+
+def stage_optimum(formulation: str, problem: method.GridProblem, grid: GridConfig) -> ConstrainedOptimum:
+    """The constrained problem every stage solves for ``formulation``: threshold from the requested forget mass,
+    except RU under ``grid.ru_threshold == "lu_matched_mass"`` (:func:`lu_matched_ru_bound`)."""
+    if formulation == "ru" and grid.ru_threshold == "lu_matched_mass":
+        return optimum_at_bound("ru", problem, lu_matched_ru_bound(problem, grid.target_forget_mass))
+    return constrained_optimum(formulation, problem, grid.target_forget_mass)
+
+
+def optimum_at_bound(formulation: str, problem: method.GridProblem, bound: float) -> ConstrainedOptimum:
     lam = method.lambda_for_bound(formulation, problem, bound)
     q = method.normalise(problem.q, problem.cell)
     start = method.violation(formulation, method.constraint_value(formulation, q, problem), bound)

@@ -1,8 +1,9 @@
 """Training step of constrained_unlearning: every model of one seed, written to the seed's folder.
 
-Stage B (README, "What is measured"): a small DDPM pretrained on q's samples, unlearned primal-dual once per
-formulation (thresholds b from the closed form on the Stage A grid, :func:`model.closed_form_target`), and the
-weight-based baselines at every swept weight. Stage C: the pretrained model (the *retrain* reference, it never
+Stage B (README, "What is measured"): a small DDPM pretrained on q's samples, unlearned primal-dual twice per
+formulation (density-free method and analytic reference; thresholds from the user's requested forget mass on the
+Stage A grid, :func:`model.stage_optimum`), and the weight-based baselines
+at every swept weight. Stage C: the pretrained model (the *retrain* reference, it never
 saw the duplicates) fine-tuned with duplicated forget points (*memorised*), then unlearned by FU primal-dual.
 File names: model.py. Every run draws from its own seeded generator, so no model depends on the order of the runs,
 and evaluate.py's sampling generators are its own.
@@ -21,7 +22,7 @@ import torch
 from tasks.common.io import save_state_dict, write_json
 from tasks.common.results import Progress, SeedResult, no_progress
 from tasks.constrained_unlearning import baselines, data, diffusion, method
-from tasks.constrained_unlearning.config import ConstrainedUnlearningConfig
+from tasks.constrained_unlearning.config import ConstrainedUnlearningConfig, UnlearnConfig
 from tasks.constrained_unlearning.hub import refuse_unimplemented
 from tasks.constrained_unlearning.mixture import GaussianMixture
 from tasks.constrained_unlearning.model import (
@@ -34,10 +35,10 @@ from tasks.constrained_unlearning.model import (
     BaselineJob,
     DuplicatedSet,
     baseline_jobs,
-    constrained_optimum,
     duplicated_set,
     noise_schedule,
     proxy_radius,
+    stage_optimum,
     unlearned_file,
 )
 
@@ -107,6 +108,19 @@ def pretrain(cfg: ConstrainedUnlearningConfig, seed: int, pool: torch.Tensor, sc
     return model, losses
 
 
+def dual_schedule(formulation: str, un: UnlearnConfig, density_free: bool) -> tuple[int, int]:
+    """(dual updates, primal steps per dual update) of one Stage B run. One normalised dual step s for all three
+    formulations, so the number of updates to reach lambda_b at full violation is lambda_b*|g0|/s, which at the
+    matched threshold is 2-4x larger for RU than for LU and FU: RU gets its own count (``ru_dual_updates``, set by
+    the grid-only rule in the README) at ``ru_steps_per_dual``, for both its runs. The density-free LU run is
+    on-policy (each primal step samples full chains) and takes ``lu_steps_per_dual``."""
+    if formulation == "ru":
+        return un.ru_dual_updates, un.ru_steps_per_dual
+    if formulation == "lu" and density_free:
+        return un.dual_updates, un.lu_steps_per_dual
+    return un.dual_updates, un.steps_per_dual
+
+
 def unlearn_each_formulation(cfg: ConstrainedUnlearningConfig, seed: int, pretrained: diffusion.EpsilonMLP,
                              pool: torch.Tensor, q: GaussianMixture, forget: GaussianMixture,
                              schedule: diffusion.NoiseSchedule, model_dir: Path, result: SeedResult,
@@ -122,11 +136,14 @@ def unlearn_each_formulation(cfg: ConstrainedUnlearningConfig, seed: int, pretra
     qu_samples = forget.sample(un.dual_samples, np.random.default_rng(2_000 + seed))
     forget_samples = torch.as_tensor(forget.sample(un.forget_samples, np.random.default_rng(3_000 + seed)),
                                      dtype=torch.float32)  # the user's data of the concept (q_u's samples)
-    concept = fit_concept_model(cfg, seed, pretrained, forget_samples, schedule)
-    save_state_dict(concept, model_dir / CONCEPT)
+    if un.ru_concept_score == "learned":
+        concept = fit_concept_model(cfg, seed, pretrained, forget_samples, schedule)
+        save_state_dict(concept, model_dir / CONCEPT)
+    else:  # q_u's own score: the q_u of the dual step's constraint KL(p||q_u)
+        concept = method.noised_score_epsilon(forget.noised_score_torch, schedule)
     duals = {}
     for i, f in enumerate(method.FORMULATIONS):
-        optimum = constrained_optimum(f, problem, cfg.grid.target_forget_mass)
+        optimum = stage_optimum(f, problem, cfg.grid)
 
         def constraint(points: np.ndarray, f: str = f) -> float:
             return method.sample_constraint_value(f, points, forget.log_density, qu_samples, un.knn_k)
@@ -135,9 +152,10 @@ def unlearn_each_formulation(cfg: ConstrainedUnlearningConfig, seed: int, pretra
             progress(0.3 + 0.4 * (i + fraction) / 3, f"seed {seed}: primal-dual {f.upper()} {fraction:.0%}")
 
         reference = clone(pretrained)
+        ref_updates, ref_steps = dual_schedule(f, un, density_free=False)
         ref_run = method.primal_dual_unlearn(
-            f, reference, schedule, pool, *log_masses, optimum.bound, constraint, dual_updates=un.dual_updates,
-            steps_per_dual=un.steps_per_dual, batch_size=un.batch_size, lr=un.lr,
+            f, reference, schedule, pool, *log_masses, optimum.bound, constraint, dual_updates=ref_updates,
+            steps_per_dual=ref_steps, batch_size=un.batch_size, lr=un.lr,
             dual_lr=optimum.dual_lr(un.dual_step), dual_samples=un.dual_samples,
             generator=torch.Generator().manual_seed(10_000 * (seed + 1) + i))
         save_state_dict(reference, model_dir / unlearned_file(f, analytic=True))
@@ -172,30 +190,35 @@ def fit_concept_model(cfg: ConstrainedUnlearningConfig, seed: int, pretrained: d
 
 
 def density_free_unlearn(formulation: str, cfg: ConstrainedUnlearningConfig, model: diffusion.EpsilonMLP,
-                         pretrained: diffusion.EpsilonMLP, concept: diffusion.EpsilonMLP, pool: torch.Tensor,
+                         pretrained: diffusion.EpsilonMLP,
+                         concept: Callable[[torch.Tensor, torch.Tensor], torch.Tensor], pool: torch.Tensor,
                          forget: GaussianMixture, forget_samples: torch.Tensor, schedule: diffusion.NoiseSchedule,
                          bound: float,
                          constraint: Callable[[np.ndarray], float], dual_lr: float, generator: torch.Generator,
                          progress: Callable[[float], None] | None = None) -> method.UnlearnResult:
     """Primal-dual with a primal step that never evaluates the density of q (p0) or of p*_lambda: RU by score
-    composition of the frozen pretrained and concept networks, FU by DSM_q - lambda DSM_{q_u} on q's training
-    samples and q_u's samples, LU by DSM on q's training samples weighted by exp(-lambda q_u(x)) (the
-    likelihood q_u is the constraint's own function). ``forget`` is q_u (its density is the LU constraint's
-    function); ``q`` is not an argument: nothing here can reach it."""
+    composition of the frozen pretrained network and ``concept`` (q_u's noise prediction: its own score, or a
+    network fitted on its samples), FU by DSM_q - lambda DSM_{q_u} on q's training samples and q_u's samples, LU
+    on-policy (:func:`method.lu_reinforce_loss`: REINFORCE on the current model's trajectories with reward
+    q_u(x_0), plus the trajectory KL to the frozen pretrained model). ``forget`` is q_u (its density is the LU
+    constraint's function); ``q`` is not an argument: nothing here can reach it."""
     un = cfg.unlearn
     frozen = clone(pretrained).eval()
-    qu_at_pool = forget.density(pool.numpy().astype(np.float64))
+
+    def likelihood(points: torch.Tensor) -> torch.Tensor:
+        return torch.as_tensor(forget.density(points.numpy().astype(np.float64)), dtype=torch.float32)
 
     def primal_loss(lam: float) -> method.PrimalLoss:
         if formulation == "ru":
             return method.ru_composition_loss(model, frozen, concept, schedule, pool, lam, un.batch_size)
         if formulation == "fu":
             return method.fu_difference_loss(model, schedule, pool, forget_samples, lam, un.batch_size)
-        weights = torch.as_tensor(method.lu_likelihood_weights(qu_at_pool, lam), dtype=torch.float32)
-        return method.importance_weighted_loss(model, schedule, pool, weights, un.batch_size)
+        return method.lu_reinforce_loss(model, frozen, schedule, likelihood, lam, un.lu_trajectories,
+                                        un.lu_grad_steps)
 
+    updates, steps = dual_schedule(formulation, un, density_free=True)
     return method.primal_dual_loop(formulation, model, schedule, primal_loss, bound, constraint,
-                                   dual_updates=un.dual_updates, steps_per_dual=un.steps_per_dual, lr=un.lr,
+                                   dual_updates=updates, steps_per_dual=steps, lr=un.lr,
                                    dual_lr=dual_lr, dual_samples=un.dual_samples, generator=generator,
                                    progress=progress)
 

@@ -100,10 +100,13 @@ def test_c1_lambda_claims_need_a_converged_reference_and_a_real_drop(cid, f):
     assert evaluate_claim(claim, seeds(no_drop), "cpu", "p")["verdict"] == UNDECIDED
 
 
-def test_review_preconditions_are_marked_post_hoc_and_c7c_is_an_identity():
+def test_review_preconditions_are_marked_post_hoc_and_c7d_is_an_identity():
     claims = claims_by_id()
     for cid in ("C1j", "C1k", "C1l", "C7a", "C7b"):
         assert claims[cid].preconditions and all(p.post_hoc for p in claims[cid].preconditions)
         assert all("after the 2026-12-02 cpu run" in p.why for p in claims[cid].preconditions)
-    assert claims["C7c"].kind == "identity" and claims["C7c"].check is None
-    assert claims["C7c"].verified_by.endswith("::test_lu_likelihood_weights_equal_the_analytic_density_ratio")
+    assert claims["C7d"].kind == "identity" and claims["C7d"].check is None
+    assert claims["C7d"].verified_by.endswith("::test_lu_likelihood_weights_equal_the_analytic_density_ratio")
+    # round 3: C7c compares the on-policy LU run with its reference; its precondition is stated before that run
+    assert claims["C7c"].kind == "mechanism" and claims["C7c"].metric == "b_lu_minus_analytic_forget_mass"
+    assert [(p.metric, p.post_hoc) for p in claims["C7c"].preconditions] == [("b_lu_analytic_forget_mass_drop", False)]
