@@ -199,3 +199,51 @@ def test_the_existing_beds_are_unchanged_by_the_texture_key(tmp_path):
     tensors = data.read_digits_tensors(cfg.data, tmp_path / "data")
     for name, frame in frames.items():
         assert torch.equal(tensors[name][0], data.digits_tensors(frame, cfg.data.image_size)[0])
+
+
+# ----------------------------------------------------------------------------------------------------
+# The fixed splits' textures: train (M4's calibration) and test draw different signs, and both follow split_seed
+# ----------------------------------------------------------------------------------------------------
+
+
+def split_texture_failures(tmp_path: Path) -> list[str]:
+    """What is wrong with the fixed splits' textures (empty when every rule holds). The signs do not depend on
+    the ink (a fair coin per pixel), so comparing sign patterns compares the draws on a shared glyph shape."""
+    signs = {}
+    for split_seed in (0, 1):
+        cfg = texture_config()
+        cfg = cfg.model_copy(update={"data": cfg.data.model_copy(update={"split_seed": split_seed})})
+        data.write_data(cfg, (0,), tmp_path / f"data{split_seed}")
+        tensors = data.read_digits_tensors(cfg.data, tmp_path / f"data{split_seed}")
+        signs[split_seed] = {name: torch.sign(images) for name, (images, _) in tensors.items()}
+    failures = []
+    n = min(len(signs[0]["train"]), len(signs[0]["test"]))
+    if torch.equal(signs[0]["train"][:n], signs[0]["test"][:n]):
+        failures.append("the train (calibration) and test splits draw the same signs")
+    if torch.equal(signs[0]["test"], signs[1]["test"]):
+        failures.append("the test textures do not depend on split_seed")
+    return failures
+
+
+def test_fixed_splits_draw_different_signs_and_follow_the_split_seed(tmp_path):
+    assert split_texture_failures(tmp_path) == []
+
+
+def test_negative_control_same_generator_for_train_and_test_fails(tmp_path, monkeypatch):
+    monkeypatch.setitem(data.SCENE_SPLIT_OFFSET, "train", data.SCENE_SPLIT_OFFSET["test"])
+    assert split_texture_failures(tmp_path) == ["the train (calibration) and test splits draw the same signs"]
+
+
+def test_negative_control_test_textures_ignoring_split_seed_fails(tmp_path, monkeypatch):
+    original = data.read_digits_tensors
+
+    def split_seed_ignored(cfg, data_dir):
+        if cfg.texture is None:
+            return original(cfg, data_dir)
+        grid = cfg.image_size // cfg.texture.cell
+        return {name: data.texture_digits(*data.digits_tensors(frame, grid), cfg.texture,
+                                          torch.Generator().manual_seed(data.SCENE_SPLIT_OFFSET[name]))
+                for name, frame in data.read_digits(cfg, data_dir).items()}
+
+    monkeypatch.setattr(data, "read_digits_tensors", split_seed_ignored)
+    assert split_texture_failures(tmp_path) == ["the test textures do not depend on split_seed"]
