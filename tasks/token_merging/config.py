@@ -24,6 +24,25 @@ class SceneConfig(ProfileConfig):
     noise_std: float = Field(default=0.0, ge=0, le=2.0)
 
 
+class TextureConfig(ProfileConfig):
+    """Digits drawn by texture CONTRAST (issue 18's lossy test bed): the digit, upsampled bilinearly to an
+    ``image_size / cell`` grid, decides each cell's spread ``low + (high - low) (g + 1) / 2`` (g in [-1, 1]); the
+    cell is a ``cell`` x ``cell`` block of random-sign pixels +-spread, so no two tokens are alike and the digit
+    is in the second moment only. Training draws fresh signs every epoch and shifts the digit by up to
+    ``max_shift`` cells; the fixed splits are drawn once from ``split_seed``."""
+
+    cell: int = Field(default=4, ge=2, le=8, description="pixels per cell side; must equal vit.patch_size")
+    low: float = Field(default=0.3, ge=0.0, description="spread of the background cells")
+    high: float = Field(default=1.0, gt=0.0, le=4.0, description="spread of the full-ink cells")
+    max_shift: int = Field(default=1, ge=0, le=3, description="training: +-shift of the digit, in cells")
+
+    @model_validator(mode="after")
+    def _low_below_high(self) -> TextureConfig:
+        if self.low >= self.high:
+            raise ValueError(f"low ({self.low}) must be below high ({self.high})")
+        return self
+
+
 class DigitsDataConfig(ProfileConfig):
     """scikit-learn's bundled digits (8x8), a fixed stratified split, upsampled for the ViT, or (``scene``)
     pasted into larger composed scenes."""
@@ -34,9 +53,17 @@ class DigitsDataConfig(ProfileConfig):
     image_size: int = Field(default=16, ge=8, le=64, description="bilinear upsampling of the 8x8 digits, or the "
                             "scene canvas")
     scene: SceneConfig | None = Field(default=None, description="compose scenes instead of upsampling")
+    texture: TextureConfig | None = Field(default=None, description="draw the digits by texture contrast")
 
     @model_validator(mode="after")
     def _scene_fits(self) -> DigitsDataConfig:
+        if self.texture is not None:
+            if self.scene is not None:
+                raise ValueError("texture: excludes 'scene' (one test bed at a time)")
+            if self.image_size % self.texture.cell or not 8 <= self.image_size // self.texture.cell <= 32:
+                raise ValueError(f"image_size: a multiple of texture.cell ({self.texture.cell}) giving a grid of "
+                                 f"8 to 32 cells, got {self.image_size}")
+            return self
         if self.scene is None and self.image_size > 32:
             raise ValueError(f"image_size: at most 32 for upsampled digits, got {self.image_size}")
         if self.scene is not None and self.image_size < 16:
@@ -153,6 +180,13 @@ class TokenMergingConfig(PaperConfig):
             raise ValueError("without 'hub', 'data', 'vit' and 'train' are all required (the digits ViT)")
         if self.hub is not None and any(part is not None for part in digits):
             raise ValueError("'hub' (paper profile) excludes 'data', 'vit' and 'train'")
+        texture = self.data.texture if self.data is not None else None
+        if texture is not None and self.vit is not None and self.vit.patch_size != texture.cell:
+            raise ValueError(f"vit.patch_size ({self.vit.patch_size}) must equal data.texture.cell ({texture.cell}): "
+                             "one token per cell")
+        if texture is not None and self.train is not None and self.train.max_shift:
+            raise ValueError(f"train.max_shift: must be 0 with data.texture (a pixel shift breaks the cells; the "
+                             f"digit is shifted by data.texture.max_shift cells), got {self.train.max_shift}")
         if self.vit is not None and self.data is not None and self.data.image_size % self.vit.patch_size:
             raise ValueError(f"vit.patch_size ({self.vit.patch_size}) must divide data.image_size "
                              f"({self.data.image_size})")

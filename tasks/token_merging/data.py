@@ -16,7 +16,7 @@ import torch
 from torch.nn import functional as F
 
 from tasks.common.io import read_json, write_dir_with, write_json, write_parquet
-from tasks.token_merging.config import DigitsDataConfig, SceneConfig, TokenMergingConfig
+from tasks.token_merging.config import DigitsDataConfig, SceneConfig, TextureConfig, TokenMergingConfig
 
 DIGITS_FILES = {"train": "digits_train.parquet", "test": "digits_test.parquet"}
 META_FILE = "digits_meta.json"
@@ -73,6 +73,11 @@ def read_digits_tensors(cfg: DigitsDataConfig, data_dir: Path) -> dict[str, tupl
     ``cfg.scene`` each split is composed once into fixed scenes (generator from ``split_seed``): the test
     scenes are evaluated, the training scenes calibrate M4; training composes fresh scenes every epoch."""
     frames = read_digits(cfg, Path(data_dir))
+    if cfg.texture is not None:
+        grid = cfg.image_size // cfg.texture.cell
+        return {name: texture_digits(*digits_tensors(frame, grid), cfg.texture,
+                                     torch.Generator().manual_seed(cfg.split_seed * 10 + SCENE_SPLIT_OFFSET[name]))
+                for name, frame in frames.items()}
     if cfg.scene is None:
         return {name: digits_tensors(frame, cfg.image_size) for name, frame in frames.items()}
     return {name: compose_scenes(*digits_tensors(frame, 8), cfg.scene, cfg.image_size,
@@ -120,6 +125,22 @@ def compose_scenes(glyphs: torch.Tensor, labels: torch.Tensor, scene: SceneConfi
     if scene.noise_std > 0:
         images = images + scene.noise_std * torch.randn(images.shape, generator=generator)
     return images, scene_labels
+
+
+def texture_digits(glyphs: torch.Tensor, labels: torch.Tensor, texture: TextureConfig, generator: torch.Generator,
+                   shift: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+    """Digits drawn by texture contrast: (B, 1, G, G) digits in [-1, 1] on a grid of G x G cells ->
+    (B, 1, G c, G c) images, c = ``texture.cell``. Cell (i, j) is a c x c block of pixels ``+-spread_ij``, the
+    signs drawn from ``generator`` (a fair coin each), ``spread_ij = low + (high - low) (g_ij + 1) / 2``. With
+    ``shift`` the digits are first shifted by up to +-``shift`` cells (``random_shift``, from the same generator).
+    Labels pass through."""
+    if shift:
+        glyphs = random_shift(glyphs, shift, generator)
+    cell = texture.cell
+    spread = texture.low + (texture.high - texture.low) * (glyphs + 1) / 2
+    spread = spread.repeat_interleave(cell, 2).repeat_interleave(cell, 3)
+    signs = torch.randint(0, 2, spread.shape, generator=generator).float() * 2 - 1
+    return spread * signs, labels
 
 
 def random_shift(images: torch.Tensor, max_shift: int, generator: torch.Generator) -> torch.Tensor:

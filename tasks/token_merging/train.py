@@ -77,7 +77,12 @@ def train(cfg: TokenMergingConfig, seed: int, data_dir: Path, model_dir: Path, d
         return result
     images, labels = data.read_digits_tensors(cfg.data, data_dir)["train"]
     compose = None
-    if cfg.data.scene is not None:
+    if cfg.data.texture is not None:
+        texture = cfg.data.texture
+        glyphs, digit_labels = data.digits_tensors(data.read_digits(cfg.data, data_dir)["train"],
+                                                   cfg.data.image_size // texture.cell)
+        compose = partial(data.texture_digits, glyphs, digit_labels, texture, shift=texture.max_shift)
+    elif cfg.data.scene is not None:
         glyphs, digit_labels = data.digits_tensors(data.read_digits(cfg.data, data_dir)["train"], 8)
         compose = partial(data.compose_scenes, glyphs, digit_labels, cfg.data.scene, cfg.data.image_size)
     model = build_vit(cfg.vit, cfg.data, seed)

@@ -144,6 +144,7 @@ def test_scene_noise_has_the_configured_spread():
 
 def test_scene_config_errors_name_the_key():
     raw = params_section("token_merging")["cpu"]
+    raw["data"] = {key: value for key, value in raw["data"].items() if key != "texture"}  # the scene / pixel beds
     scenes = raw["data"] | {"image_size": 32, "scene": {"layout": "quadrants", "noise_std": 0.0}}
     assert CONFIG.model_validate(raw | {"data": scenes}).data.scene.layout == "quadrants"
     with pytest.raises(ValueError, match="a scene canvas must be at least 16"):
