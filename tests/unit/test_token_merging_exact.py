@@ -643,3 +643,23 @@ def test_negative_control_lenient_load(monkeypatch):
         self, state, strict=False))
     with pytest.raises(pytest.fail.Exception):
         test_vit_from_hf_refuses_a_checkpoint_with_missing_tensors()
+
+
+def test_even_token_count_limits_a_round_to_a_minus_cls_and_kappa_with_more_dims_than_members():
+    """6 tokens: A = 3 (cls included), B = 3, so with the cls protected a round merges at most 2; kappa of
+    2 members in 4 dims (the member and feature axes differ in length)."""
+    metric = torch.randn(1, 6, 2, generator=torch.Generator().manual_seed(8), dtype=F64)
+    assert m.bipartite_soft_matching(metric, k=2).src.shape == (1, 2)
+    with pytest.raises(ValueError, match="at most 2"):
+        m.bipartite_soft_matching(metric, k=3)
+    members = torch.tensor([[3.0, 0.0, 1.0, 2.0], [0.5, 2.0, 0.0, -1.0]], dtype=F64)
+    mean = members.mean(0)
+    expected = float(mean.norm()) / math.sqrt(float((members**2).sum(1).mean()))
+    assert float(m.kappa_of_members(members)) == pytest.approx(expected, rel=1e-14)
+    assert float(m.kappa_of_members(members[None].expand(3, -1, -1))[2]) == pytest.approx(expected, rel=1e-14)
+
+
+def test_negative_control_kappa_summed_over_members(monkeypatch):
+    monkeypatch.setattr(m, "kappa_of_members", lambda x: x.mean(-2).norm(dim=-1) / x.pow(2).sum(-2).mean(-1).sqrt())
+    with pytest.raises(AssertionError):
+        test_even_token_count_limits_a_round_to_a_minus_cls_and_kappa_with_more_dims_than_members()
