@@ -11,6 +11,7 @@ import torch
 from torch import nn
 
 from tasks.coda import method
+from tasks.common.seeding import torch_init_seed
 
 F64 = torch.float64
 
@@ -506,7 +507,8 @@ def manual_gru_dense(block: method.GruDenseBlock, x: torch.Tensor) -> torch.Tens
 
 def gru_dense_inputs(gru_hidden: int) -> tuple[method.GruDenseBlock, torch.Tensor]:
     torch_gen = torch.Generator().manual_seed(3)
-    block = method.GruDenseBlock(2, 3, gru_hidden).double()
+    with torch_init_seed(3):
+        block = method.GruDenseBlock(2, 3, gru_hidden).double()
     with torch.no_grad():
         for p in block.parameters():
             p.copy_(torch.randn(p.shape, generator=torch_gen, dtype=F64) * 0.7)
