@@ -43,8 +43,9 @@ import yaml
 REPO = Path(__file__).resolve().parents[1]
 SCRATCH = REPO / ".mutation"
 EQUIVALENTS_DOC = REPO / "docs" / "testing.md"
-# Everything a unit test may read relative to the repository root; mutmut copies these into mutants/.
-LINKED = ["tasks", "tests", "flows", "params.yaml", "dvc.yaml"]
+# Everything a unit test may read relative to the repository root; mutmut copies these into mutants/
+# (reports/: a few tests check committed outputs, e.g. coda's recorded lr choice).
+LINKED = ["tasks", "tests", "flows", "reports", "params.yaml", "dvc.yaml"]
 EQUIVALENT_LINE = re.compile(r"^\s*-\s*`(tasks\.(?P<slug>\w+)\.method\.\S+__mutmut_\d+)`\s*:\s*(?P<reason>\S.*)$")
 DETECTED = {"killed", "timeout", "segfault", "caught by type check"}
 # mutmut's exit-code meaning (mutmut/stats.py), kept here so the summary does not import mutmut.

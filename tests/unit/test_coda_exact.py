@@ -11,6 +11,7 @@ import torch
 from torch import nn
 
 from tasks.coda import method
+from tasks.common.seeding import torch_init_seed
 
 F64 = torch.float64
 
@@ -418,3 +419,119 @@ def test_negative_control_printing_flop_counter_is_caught(monkeypatch, capsys):
     monkeypatch.setattr(method, "forward_flops", printing)
     with pytest.raises(AssertionError):
         test_flop_counters_print_nothing(capsys)
+
+
+# ------------------------------------------------------------- the no-ODE ablation and the stopping rules
+
+
+def test_left_initial_plateau_exact_cases():
+    """min(L) <= (1 - drop) x L_1 on a first loss that is not 1, at the boundary and on both sides of it."""
+    assert method.left_initial_plateau([2.0, 1.5, 1.7], 0.2) is True  # 1.5 <= 1.6
+    assert method.left_initial_plateau([2.0, 1.7, 1.65], 0.2) is False  # 1.65 > 1.6
+    assert method.left_initial_plateau([2.0, 1.6], 0.2) is True  # 1.6 <= 1.6: the boundary passes
+    assert method.left_initial_plateau([2.0, 1.5], 0.2) is True  # the reference is epoch 1, not epoch 2
+    assert method.left_initial_plateau([], 0.2) is False
+
+
+@pytest.mark.parametrize("broken", [
+    lambda losses, drop: bool(losses) and min(losses) < (1.0 - drop) * losses[0],
+    lambda losses, drop: bool(losses) and min(losses) <= (1.0 + drop) * losses[0],
+    lambda losses, drop: bool(losses) and min(losses) <= (1.0 - drop) * losses[-1],
+])
+def test_negative_control_left_initial_plateau(monkeypatch, broken):
+    monkeypatch.setattr(method, "left_initial_plateau", broken)
+    with pytest.raises(AssertionError):
+        test_left_initial_plateau_exact_cases()
+
+
+def test_should_stop_at_exactly_min_epochs():
+    """[3, 2, 2, 2]: two epochs without improvement (tolerance 0); with min_epochs = len it stops, one more not."""
+    assert method.epochs_since_improvement([3.0, 2.0, 2.0, 2.0], 0.0) == 2
+    assert method.should_stop([3.0, 2.0, 2.0, 2.0], min_epochs=4, patience=2, min_rel_improvement=0.0) is True
+    assert method.should_stop([3.0, 2.0, 2.0, 2.0], min_epochs=5, patience=2, min_rel_improvement=0.0) is False
+    assert method.should_stop([3.0, 2.0, 2.0, 2.0], min_epochs=4, patience=3, min_rel_improvement=0.0) is False
+
+
+def test_negative_control_should_stop_strict_warm_up(monkeypatch):
+    def strict(val_losses, min_epochs, patience, min_rel_improvement):
+        return len(val_losses) > min_epochs and method.epochs_since_improvement(
+            val_losses, min_rel_improvement) >= patience
+
+    monkeypatch.setattr(method, "should_stop", strict)
+    with pytest.raises(AssertionError):
+        test_should_stop_at_exactly_min_epochs()
+
+
+def brute_force_width(in_dim: int, out_dim: int, gru_hidden: int, rank: int) -> int:
+    target = method.coda_parameters(in_dim, out_dim, gru_hidden, rank)
+    return min(range(1, 1000), key=lambda w: (abs(method.gru_dense_parameters(in_dim, out_dim, w) - target), w))
+
+
+# (1, 1, 1, 1): target 18, widths 1 -> 14 and 2 -> 33, so width 1; rank > gru_hidden in the next two.
+@pytest.mark.parametrize("dims, width", [((1, 1, 1, 1), 1), ((3, 2, 2, 5), 4), ((2, 3, 4, 8), 8), ((5, 3, 16, 8), 18)])
+def test_matched_ablation_hidden_exact(dims, width):
+    assert method.coda_parameters(1, 1, 1, 1) == 18 and method.gru_dense_parameters(1, 1, 1) == 14
+    assert brute_force_width(*dims) == width
+    assert method.matched_ablation_hidden(*dims) == width
+
+
+def test_negative_control_matched_ablation_hidden(monkeypatch):
+    def from_two(in_dim, out_dim, gru_hidden, rank):
+        target = method.coda_parameters(in_dim, out_dim, gru_hidden, rank)
+        return min(range(2, 100), key=lambda w: (abs(method.gru_dense_parameters(in_dim, out_dim, w) - target), w))
+
+    monkeypatch.setattr(method, "matched_ablation_hidden", from_two)
+    with pytest.raises(AssertionError):
+        test_matched_ablation_hidden_exact((1, 1, 1, 1), 1)
+
+
+def manual_gru_dense(block: method.GruDenseBlock, x: torch.Tensor) -> torch.Tensor:
+    """PyTorch's GRU equations written out over the time axis 1 (batch first), then the dense read-out."""
+    gru = block.gru
+    w_ir, w_iz, w_in = gru.weight_ih_l0.chunk(3)
+    w_hr, w_hz, w_hn = gru.weight_hh_l0.chunk(3)
+    b_ir, b_iz, b_in = gru.bias_ih_l0.chunk(3)
+    b_hr, b_hz, b_hn = gru.bias_hh_l0.chunk(3)
+    h = torch.zeros(x.shape[0], gru.hidden_size, dtype=x.dtype)
+    outs = []
+    for t in range(x.shape[1]):
+        xt = x[:, t]
+        r = torch.sigmoid(xt @ w_ir.T + b_ir + h @ w_hr.T + b_hr)
+        z = torch.sigmoid(xt @ w_iz.T + b_iz + h @ w_hz.T + b_hz)
+        n = torch.tanh(xt @ w_in.T + b_in + r * (h @ w_hn.T + b_hn))
+        h = (1 - z) * n + z * h
+        outs.append(h)
+    memory = torch.stack(outs, dim=1)
+    return memory @ block.readout.weight.T + block.readout.bias
+
+
+def gru_dense_inputs(gru_hidden: int) -> tuple[method.GruDenseBlock, torch.Tensor]:
+    torch_gen = torch.Generator().manual_seed(3)
+    with torch_init_seed(3):
+        block = method.GruDenseBlock(2, 3, gru_hidden).double()
+    with torch.no_grad():
+        for p in block.parameters():
+            p.copy_(torch.randn(p.shape, generator=torch_gen, dtype=F64) * 0.7)
+    x = torch.randn(2, 4, 2, generator=torch_gen, dtype=F64)  # batch 2, 4 steps: batch and time differ
+    return block, x
+
+
+@pytest.mark.parametrize("gru_hidden", [1, 3])
+def test_gru_dense_block_matches_the_written_out_gru(gru_hidden):
+    block, x = gru_dense_inputs(gru_hidden)
+    out = block(x, torch.ones(2, 4, dtype=F64))
+    assert out.shape == (2, 4, 3)
+    torch.testing.assert_close(out, manual_gru_dense(block, x), rtol=1e-12, atol=1e-12)
+    assert sum(p.numel() for p in block.parameters()) == method.gru_dense_parameters(2, 3, gru_hidden)
+
+
+def test_negative_control_gru_dense_block_time_major(monkeypatch):
+    original = method.GruDenseBlock.__init__
+
+    def time_major(self, in_dim, out_dim, gru_hidden):
+        original(self, in_dim, out_dim, gru_hidden)
+        self.gru.batch_first = False
+
+    monkeypatch.setattr(method.GruDenseBlock, "__init__", time_major)
+    with pytest.raises(AssertionError):
+        test_gru_dense_block_matches_the_written_out_gru(3)

@@ -108,3 +108,39 @@ def test_negative_control_metrics_and_scaling(monkeypatch, broken):
             (t - train.mean(dim=0)) / train.std(dim=0).clamp_min(1.000001) for t in (train, *others)])
     with pytest.raises(AssertionError):
         check_metrics_and_scaling_exact()
+
+
+# ------------------------------------------------------------------ GeneratorDropout: float64, the boundary u = p
+
+# float64 uniforms of torch.Generator().manual_seed(5); p is the fourth one, so that entry sits exactly on the
+# boundary u = p of m = [u >= p] (kept), and entries 1 and 4 (0.2598, 0.2661) are the only ones below it.
+DROPOUT_P = 0.31513260814905053
+
+
+def dropout_float64_case() -> tuple[torch.Tensor, torch.Tensor]:
+    dropout = method.GeneratorDropout(DROPOUT_P).train()
+    method.attach_dropout_generator(dropout, torch.Generator().manual_seed(5))
+    x = torch.arange(1.0, 9.0, dtype=torch.float64)
+    expected = torch.tensor([1.0, 0.0, 3.0, 4.0, 0.0, 6.0, 7.0, 8.0], dtype=torch.float64) / (1.0 - DROPOUT_P)
+    return dropout(x), expected
+
+
+def test_generator_dropout_float64_draws_and_the_boundary_is_kept():
+    """The uniforms are drawn in x's dtype (float64 here: different draws from float32's, which would keep entries
+    0, 2, 3, 4, 7) and an entry with u = p exactly is kept."""
+    out, expected = dropout_float64_case()
+    assert out.dtype == torch.float64
+    torch.testing.assert_close(out, expected, rtol=1e-15, atol=0.0)
+
+
+@pytest.mark.parametrize("broken", ["strict", "float32_uniforms"])
+def test_negative_control_generator_dropout_boundary_and_dtype(monkeypatch, broken):
+    def forward(self, x):
+        dtype = torch.float32 if broken == "float32_uniforms" else x.dtype
+        uniform = torch.rand(x.shape, generator=self.generator, dtype=dtype)
+        keep = uniform > self.p if broken == "strict" else uniform >= self.p
+        return x * keep.to(x.dtype) / (1.0 - self.p)
+
+    monkeypatch.setattr(method.GeneratorDropout, "forward", forward)
+    with pytest.raises(AssertionError):
+        test_generator_dropout_float64_draws_and_the_boundary_is_kept()
