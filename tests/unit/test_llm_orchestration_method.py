@@ -501,3 +501,132 @@ def test_gold_programs_are_legal():
             for speak in (False, True):
                 program = controller.gold_program(controller.Request(intent, "x", spoken, speak))
                 assert method.accepts(program), program
+
+
+# --- the grammar mask's stress control (sampled decoding), the middle budget, the capacity check's budget ----
+
+
+def test_masked_sample_draws_from_the_tempered_softmax_over_the_mask():
+    logits = torch.tensor([2.0, 0.0, 1.0, 5.0])
+    mask = torch.tensor([True, True, True, False])
+    # softmax([2, 0, 1] / 2) over the mask, id 3 at probability 0
+    probs = torch.softmax(torch.tensor([1.0, 0.0, 0.5], dtype=torch.double), -1).tolist() + [0.0]
+    generator = torch.Generator().manual_seed(7)
+    draws = [method.masked_sample(logits, mask, 2.0, generator) for _ in range(200)]
+    assert 3 not in draws  # never outside the mask, though id 3 has the largest logit
+    counts = [draws.count(i) for i in range(3)]
+    # softmax([1, 0, 0.5]) = [0.506, 0.186, 0.307]: 200 draws land near 101 / 37 / 61
+    assert counts[0] > counts[2] > counts[1] > 0
+    single = torch.tensor([False, False, True, False])
+    assert {method.masked_sample(logits, single, 1.0, generator) for _ in range(20)} == {2}
+    with pytest.raises(ValueError):
+        method.masked_sample(logits, torch.zeros(4, dtype=torch.bool), 1.0, generator)
+    with pytest.raises(ValueError):
+        method.masked_sample(logits, mask, 0.0, generator)
+    # exact: from the same generator state, the draw equals multinomial on the hand-computed probabilities
+    for seed in range(20):
+        got = method.masked_sample(logits, mask, 2.0, torch.Generator().manual_seed(seed))
+        want = int(torch.multinomial(torch.tensor(probs, dtype=torch.double), 1,
+                                     generator=torch.Generator().manual_seed(seed)))
+        assert got == want
+
+
+def test_negative_control_sampling_without_temperature_or_mask_is_caught(monkeypatch):
+    logits = torch.tensor([2.0, 0.0, 1.0, 5.0])
+    mask = torch.tensor([True, True, True, False])
+    probs = torch.softmax(torch.tensor([1.0, 0.0, 0.5], dtype=torch.double), -1).tolist() + [0.0]
+
+    def unscaled(logits, mask, temperature, generator):  # forgets the temperature
+        scaled = torch.where(mask, logits.double(), torch.full_like(logits, -math.inf, dtype=torch.double))
+        return int(torch.multinomial(scaled.softmax(-1), 1, generator=generator))
+
+    monkeypatch.setattr(method, "masked_sample", unscaled)
+    mismatches = sum(method.masked_sample(logits, mask, 2.0, torch.Generator().manual_seed(s))
+                     != int(torch.multinomial(torch.tensor(probs, dtype=torch.double), 1,
+                                              generator=torch.Generator().manual_seed(s))) for s in range(20))
+    assert mismatches > 0
+
+
+def _sampled_invalid_count(constrained: bool, seed: int = 0) -> tuple[int, list[list[str]]]:
+    model, vocab = _random_controller(0)
+    prompts = [[controller.IMG, "how", "many", "red", "objects", controller.SEP],
+               [controller.VID, controller.AUD, "which", "way", controller.SEP], ["hello", "there", controller.SEP]]
+    prefixes = [[], [ASR], []]
+    programs, _ = controller.decode_programs(model, vocab, prompts * 4, prefixes * 4, constrained, temperature=1.5,
+                                             generator=torch.Generator().manual_seed(seed))
+    return sum(not method.accepts(p) for p in programs), programs
+
+
+def test_sampled_decoding_is_seeded_and_the_mask_holds_under_sampling():
+    free_invalid, free = _sampled_invalid_count(constrained=False)
+    constrained_invalid, constrained = _sampled_invalid_count(constrained=True)
+    assert free_invalid > 0 and constrained_invalid == 0
+    assert _sampled_invalid_count(constrained=True)[1] == constrained  # the same generator seed, the same programs
+    assert _sampled_invalid_count(constrained=True, seed=1)[1] != constrained  # it samples
+    model, vocab = _random_controller(0)
+    with pytest.raises(ValueError, match="torch.Generator"):
+        controller.decode_programs(model, vocab, [["hello", controller.SEP]], [[]], True, temperature=1.0)
+
+
+def test_negative_control_sampling_that_ignores_the_mask_is_caught(monkeypatch):
+    monkeypatch.setattr(method, "masked_sample", lambda logits, mask, temperature, generator: int(
+        torch.multinomial((logits.double() / temperature).softmax(-1), 1, generator=generator)))
+    with pytest.raises(ValueError, match="is not allowed"):  # the grammar's own check refuses the illegal draw
+        _sampled_invalid_count(constrained=True)
+
+
+def test_middle_budget_exact():
+    assert claim_metrics.middle_budget([100, 400, 1600, 6400]) == 400
+    assert claim_metrics.middle_budget([100, 400, 1600]) == 400
+    assert claim_metrics.middle_budget([50, 100]) == 50
+    assert claim_metrics.middle_budget([7]) == 7
+
+
+def test_negative_control_upper_middle_is_caught(monkeypatch):
+    monkeypatch.setattr(claim_metrics, "middle_budget", lambda budgets: budgets[len(budgets) // 2])
+    assert claim_metrics.middle_budget([100, 400, 1600, 6400]) != 400
+
+
+def test_oracle_budget_must_be_a_measured_budget():
+    from pydantic import ValidationError
+
+    from tasks.llm_orchestration.config import JointConfig
+
+    base = {"budgets": [100, 400], "validation": 50, "width": 16, "layers": 1, "heads": 2, "check_min_steps": 5,
+            "patience": 1, "safety_steps": 20, "batch_size": 32, "lr": 2e-3}
+    assert JointConfig(**base, oracle_budget=100).oracle_budget == 100
+    with pytest.raises(ValidationError, match="oracle_budget 200 must be one of budgets"):
+        JointConfig(**base, oracle_budget=200)
+
+
+def _stress_rows():
+    rows = [{"intent": "count", "text": "how many red objects", "spoken": False, "speak": False},
+            {"intent": "direction", "text": "which way", "spoken": True, "speak": True},
+            {"intent": "chat", "text": "hello there", "spoken": False, "speak": False}] * 4
+    return rows, [r["text"] for r in rows]
+
+
+def test_stress_invalid_counts_are_the_sampled_decodes_invalid_programs():
+    from tasks.llm_orchestration import evaluate
+
+    model, vocab = _random_controller(0)
+    rows, heard = _stress_rows()
+    out = evaluate.stress_invalid_counts(model, rows, heard, 3, 1.5, seed=5)
+    prompts = [controller.prompt_tokens(evaluate.request_of(r), t) for r, t in zip(rows, heard, strict=True)]
+    prefixes = [[ASR] if r["spoken"] else [] for r in rows]
+    free, _ = controller.decode_programs(model, vocab, prompts, prefixes, False, 3, temperature=1.5,
+                                         generator=torch.Generator().manual_seed(5))
+    want_free = float(sum(not method.accepts(p) for p in free))
+    assert out == {"invalid_free_sampled": want_free, "invalid_constrained_sampled": 0.0}
+    assert want_free > 0  # a random controller sampled freely leaves the grammar
+
+
+def test_negative_control_stress_counts_with_the_mask_on_both_decodes_are_caught(monkeypatch):
+    from tasks.llm_orchestration import evaluate
+
+    original = evaluate.programs_for
+    monkeypatch.setattr(evaluate, "programs_for", lambda c, rows, heard, constrained, *a: original(
+        c, rows, heard, True, *a))
+    model, _ = _random_controller(0)
+    rows, heard = _stress_rows()
+    assert evaluate.stress_invalid_counts(model, rows, heard, 3, 1.5, seed=5)["invalid_free_sampled"] == 0.0
