@@ -67,6 +67,10 @@ class JointConfig(ProfileConfig):
     heads: int = Field(ge=1, le=16)
     check_min_steps: int = Field(ge=1, le=100_000, description="steps between held-out checks, at least")
     patience: int = Field(ge=1, le=1000, description="held-out checks without improvement before stopping")
+    smoothing: float = Field(ge=0, lt=1, description="weight of the past in the held-out loss's moving average "
+                             "that the stopping rule reads (0: the raw loss)")
+    tolerance: float = Field(ge=0, le=1, description="an improvement of the smoothed held-out loss smaller than this "
+                             "does not reset the patience")
     safety_steps: int = Field(ge=1, le=10_000_000, description="guard against a run that never stops")
     batch_size: int = Field(ge=1, le=4096)
     lr: float = Field(gt=0, le=1)

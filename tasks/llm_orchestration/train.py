@@ -97,12 +97,13 @@ def fit_budget_curve(cfg: LlmOrchestrationConfig, tokens: dict[str, torch.Tensor
         model = baselines.build_fusion(shapes, j.width, j.layers, j.heads, len(SPEECH_VOCAB), seed + 10 + k)
         log = baselines.train_fusion(model, baselines.take(tokens, slice(0, budget)), labels[:budget], val_tokens,
                                      val_labels, j.batch_size, j.lr, j.check_min_steps, j.patience, j.safety_steps,
-                                     seed + 10 + k)
+                                     seed + 10 + k, j.smoothing, j.tolerance)
         save_state_dict(model, model_dir / joint_file(budget, kind))
         curves[f"{kind}_N{budget}"], curves[f"{kind}_val_N{budget}"] = log.losses, log.val_losses
         train_pred = baselines.fusion_predict(model, baselines.take(tokens, slice(0, budget)))
         metrics |= {f"{kind}_steps_N{budget}": float(log.steps), f"{kind}_best_step_N{budget}": float(log.best_step),
                     f"{kind}_stopped_early_N{budget}": float(log.stopped_early),
+                    f"{kind}_converged_N{budget}": float(log.stopped_early),
                     f"{kind}_best_val_loss_N{budget}": min(log.val_losses),
                     f"{kind}_train_correct_N{budget}": float((train_pred == labels[:budget]).sum()),
                     f"{kind}_train_trials_N{budget}": float(budget)}

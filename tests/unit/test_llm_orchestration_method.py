@@ -414,6 +414,7 @@ def test_check_every_exact():
     assert baselines.check_every(100, 64, 50) == 50
     assert baselines.check_every(6400, 64, 50) == 100
     assert baselines.check_every(6401, 64, 50) == 101
+    assert baselines.check_every(100, 64, 1) == 2  # one check per epoch at small N (the cpu profile's setting)
 
 
 def test_overhead_knob_at_share_exact():
@@ -626,3 +627,83 @@ def test_negative_control_stress_counts_with_the_mask_on_both_decodes_are_caught
         c, rows, heard, True, *a))
     with pytest.raises(AssertionError):  # the positive test run with the mask on both decodes
         test_stress_invalid_counts_are_the_sampled_decodes_invalid_programs()
+
+
+# --- the joint reference's stopping rule and the fixed evaluation set (after the second review) -----------------
+
+
+def test_smoothed_exact():
+    assert baselines.smoothed([1.0, 0.0, 1.0], 0.5) == [1.0, 0.5, 0.75]
+    assert baselines.smoothed([0.4, 0.2, 0.3], 0.0) == [0.4, 0.2, 0.3]
+    assert baselines.smoothed([2.0, 1.0], 0.8) == pytest.approx([2.0, 1.8])
+    assert baselines.smoothed([], 0.8) == []
+
+
+def test_negative_control_smoothing_with_the_weights_swapped_is_caught(monkeypatch):
+    monkeypatch.setattr(baselines, "smoothed", _swapped)
+    with pytest.raises(AssertionError):
+        test_smoothed_exact()
+
+
+def _swapped(values, weight):  # weight on the new value instead of the past
+    out = []
+    for v in values:
+        out.append(v if not out else (1.0 - weight) * out[-1] + weight * v)
+    return out
+
+
+def test_should_stop_exact():
+    # best before the last 2 is 1.0; the last two (1.0, 1.2) do not go below it: stop (tolerance 0)
+    assert baselines.should_stop([2.0, 1.0, 1.0, 1.2], 2, 0.0)
+    # 0.99 is below 1.0: an improvement, no stop
+    assert not baselines.should_stop([2.0, 1.0, 0.99, 1.2], 2, 0.0)
+    # ... but not by more than the tolerance 0.05: stop
+    assert baselines.should_stop([2.0, 1.0, 0.99, 1.2], 2, 0.05)
+    # too few checks to judge
+    assert not baselines.should_stop([2.0, 3.0], 2, 0.0)
+    assert baselines.should_stop([2.0, 3.0, 4.0], 2, 0.0)
+    # a loss still falling never stops, however long
+    assert not baselines.should_stop([1.0 / (k + 1) for k in range(50)], 10, 0.0)
+
+
+def test_negative_control_stopping_off_by_one_is_caught(monkeypatch):
+    monkeypatch.setattr(baselines, "should_stop", lambda s, patience, tolerance: len(s) > patience - 1 and (
+        min(s[-(patience - 1):]) >= min(s[:-(patience - 1)]) - tolerance))
+    with pytest.raises(AssertionError):
+        test_should_stop_exact()
+
+
+def test_train_fusion_stops_by_the_smoothed_rule():
+    shapes = baselines.TokenShapes(4, 3, 1, 2, 1)
+    n = 40
+    generator = torch.Generator().manual_seed(0)
+    batch = {"image_tokens": torch.rand(n, 4, 3, generator=generator), "video_tokens": torch.rand(n, 1, 2),
+             "audio_tokens": torch.zeros(n, 16, 1), "has_image": torch.ones(n, dtype=torch.bool),
+             "has_video": torch.zeros(n, dtype=torch.bool), "spoken": torch.zeros(n, dtype=torch.bool),
+             "word_ids": torch.randint(0, 5, (n, 16), generator=generator),
+             "question_mask": torch.ones(n, 16, dtype=torch.bool)}
+    labels = torch.randint(0, 3, (n,), generator=generator)
+    model = baselines.build_fusion(shapes, 8, 1, 2, 5, 0)
+    val, val_labels = baselines.take(batch, slice(20, 40)), labels[20:40]
+    log = baselines.train_fusion(model, baselines.take(batch, slice(0, 20)), labels[:20], val, val_labels, 8, 1e-2,
+                                 5, 3, 2000, 0, smoothing=0.7, tolerance=0.01)
+    assert log.stopped_early and log.smoothed_val_losses == baselines.smoothed(log.val_losses, 0.7)
+    # it stopped at the first check where the rule (written out here) fires, not before and not after
+    def rule(s):
+        return len(s) > 3 and min(s[-3:]) >= min(s[:-3]) - 0.01
+
+    fired = [rule(log.smoothed_val_losses[:k]) for k in range(1, len(log.val_losses) + 1)]
+    assert fired[-1] and not any(fired[:-1])
+    # and kept the weights of the best raw held-out loss
+    assert baselines.mean_loss(model, val, val_labels) == pytest.approx(min(log.val_losses), rel=1e-5)
+
+
+def test_negative_control_stopping_one_check_late_is_caught(monkeypatch):
+    original = baselines.should_stop
+
+    def late(s, patience, tolerance):  # judges the checks before the last one: stops one check late
+        return len(s) > 1 and original(s[:-1], patience, tolerance)
+
+    monkeypatch.setattr(baselines, "should_stop", late)
+    with pytest.raises(AssertionError):
+        test_train_fusion_stops_by_the_smoothed_rule()
