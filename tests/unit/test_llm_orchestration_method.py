@@ -591,7 +591,7 @@ def test_oracle_budget_must_be_a_measured_budget():
     from tasks.llm_orchestration.config import JointConfig
 
     base = {"budgets": [100, 400], "validation": 50, "width": 16, "layers": 1, "heads": 2, "check_min_steps": 5,
-            "patience": 1, "safety_steps": 20, "batch_size": 32, "lr": 2e-3}
+            "patience": 1, "smoothing": 0.0, "tolerance": 0.0, "safety_steps": 20, "batch_size": 32, "lr": 2e-3}
     assert JointConfig(**base, oracle_budget=100).oracle_budget == 100
     with pytest.raises(ValidationError, match="oracle_budget 200 must be one of budgets"):
         JointConfig(**base, oracle_budget=200)
