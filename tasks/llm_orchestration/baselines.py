@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import copy
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 from torch import nn
@@ -168,11 +168,30 @@ def take(batch: dict[str, torch.Tensor], index: torch.Tensor | slice) -> dict[st
 
 @dataclass
 class FitLog:
+    """``stopped_early`` is the convergence flag: the stopping rule ended the run, not ``safety_steps``."""
+
     losses: list[float]
     val_losses: list[float]
     steps: int
     best_step: int
     stopped_early: bool
+    smoothed_val_losses: list[float] = field(default_factory=list)
+
+
+def smoothed(values: list[float], weight: float) -> list[float]:
+    """Exponential moving average: s_0 = v_0, s_t = weight * s_(t-1) + (1 - weight) * v_t (weight 0: the values)."""
+    out: list[float] = []
+    for v in values:
+        out.append(v if not out else weight * out[-1] + (1.0 - weight) * v)
+    return out
+
+
+def should_stop(smoothed_losses: list[float], patience: int, tolerance: float) -> bool:
+    """True once none of the last ``patience`` values is more than ``tolerance`` below the best value before them
+    (tolerance 0 on raw losses: no improvement in ``patience`` checks)."""
+    if len(smoothed_losses) <= patience:
+        return False
+    return min(smoothed_losses[-patience:]) >= min(smoothed_losses[:-patience]) - tolerance
 
 
 def check_every(n: int, batch_size: int, min_interval: int) -> int:
@@ -190,16 +209,18 @@ def mean_loss(model: nn.Module, batch: dict[str, torch.Tensor], labels: torch.Te
 
 def train_fusion(model: nn.Module, batch: dict[str, torch.Tensor], labels: torch.Tensor,
                  val_batch: dict[str, torch.Tensor], val_labels: torch.Tensor, batch_size: int, lr: float,
-                 min_interval: int, patience: int, safety_steps: int, seed: int) -> FitLog:
+                 min_interval: int, patience: int, safety_steps: int, seed: int, smoothing: float = 0.0,
+                 tolerance: float = 0.0) -> FitLog:
     """AdamW on minibatches drawn with replacement; the held-out loss is checked every ``check_every`` steps and
-    training stops once it has not improved for ``patience`` checks, keeping the weights of the best check.
+    training stops once its moving average (``smoothed``, weight ``smoothing``) has not improved by more than
+    ``tolerance`` for ``patience`` checks (``should_stop``), keeping the weights of the best raw held-out loss.
     ``safety_steps`` only guards against a run that never stops (``FitLog.stopped_early`` says which ended it)."""
     generator = torch.Generator().manual_seed(seed)
     optimizer = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.01)
     interval = check_every(labels.shape[0], batch_size, min_interval)
     n = labels.shape[0]
     log = FitLog([], [], 0, 0, False)
-    best, best_state, since = math.inf, copy.deepcopy(model.state_dict()), 0
+    best, best_state = math.inf, copy.deepcopy(model.state_dict())
     while log.steps < safety_steps:
         model.train()
         for _ in range(interval):
@@ -214,13 +235,12 @@ def train_fusion(model: nn.Module, batch: dict[str, torch.Tensor], labels: torch
         model.eval()
         val = mean_loss(model, val_batch, val_labels)
         log.val_losses.append(val)
+        log.smoothed_val_losses = smoothed(log.val_losses, smoothing)
         if val < best:
-            best, best_state, since, log.best_step = val, copy.deepcopy(model.state_dict()), 0, log.steps
-        else:
-            since += 1
-            if since >= patience:
-                log.stopped_early = True
-                break
+            best, best_state, log.best_step = val, copy.deepcopy(model.state_dict()), log.steps
+        if should_stop(log.smoothed_val_losses, patience, tolerance):
+            log.stopped_early = True
+            break
     model.load_state_dict(best_state)
     model.eval()
     return log

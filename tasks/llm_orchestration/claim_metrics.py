@@ -19,6 +19,11 @@ def crossing_budget(orch_accuracy: float, joint_accuracy: dict[int, float]) -> f
     return float("inf")
 
 
+def middle_budget(budgets: list[int]) -> int:
+    """The middle of the increasing budgets, the lower one of an even count (100, 400, 1600, 6400 -> 400)."""
+    return budgets[(len(budgets) - 1) // 2]
+
+
 def overhead_knob_at_share(share: float, overhead_ms: float, total_ms: float, generated_tokens: float,
                            ms_per_token: float) -> float:
     """The controller cost per generated token at which (overhead) / (total latency) equals ``share``, every other
@@ -44,6 +49,8 @@ def claim_metrics(cfg: LlmOrchestrationConfig, result: SeedResult) -> dict[str, 
         "routing_accuracy_held_out": _rate(m, "routing_correct_held_out", "held_out_turns"),
         "invalid_rate_constrained": _rate(m, "invalid_constrained", "turns"),
         "invalid_rate_free": _rate(m, "invalid_free", "turns"),
+        "invalid_rate_free_sampled": _rate(m, "invalid_free_sampled", "turns"),
+        "invalid_rate_constrained_sampled": _rate(m, "invalid_constrained_sampled", "turns"),
     }
     budgets = cfg.joint.budgets
     count_trials, direction_trials = m["qa_trials_count"], m["qa_trials_direction"]
@@ -54,7 +61,7 @@ def claim_metrics(cfg: LlmOrchestrationConfig, result: SeedResult) -> dict[str, 
     out["count_majority_rate"] = m["count_majority_correct"] / count_trials
     curves: dict[str, dict[int, float]] = {"all": {}, "count": {}, "direction": {}}
     for b in budgets:
-        for kind in ("joint", "oracle") if b == budgets[-1] else ("joint",):
+        for kind in ("joint", "oracle") if b == cfg.joint.oracle_budget else ("joint",):
             out[f"{kind}_qa_accuracy_N{b}"] = _rate(m, f"{kind}_qa_correct_N{b}", "qa_trials")
             out[f"{kind}_count_accuracy_N{b}"] = m[f"{kind}_qa_correct_count_N{b}"] / count_trials
             out[f"{kind}_direction_accuracy_N{b}"] = m[f"{kind}_qa_correct_direction_N{b}"] / direction_trials
@@ -65,9 +72,9 @@ def claim_metrics(cfg: LlmOrchestrationConfig, result: SeedResult) -> dict[str, 
     top = budgets[-1]
     # the fit precondition of C1: above always answering the most common count by 0.2 at the largest budget
     out["joint_count_margin_top"] = out[f"joint_count_accuracy_N{top}"] - out["count_majority_rate"]
-    out["oracle_count_margin_top"] = out[f"oracle_count_accuracy_N{top}"] - out["count_majority_rate"]
+    out["oracle_count_margin"] = out[f"oracle_count_accuracy_N{cfg.joint.oracle_budget}"] - out["count_majority_rate"]
     out["orch_minus_joint_low"] = out[f"orch_minus_joint_N{budgets[0]}"]
-    out["orch_minus_joint_mid"] = out[f"orch_minus_joint_N{budgets[len(budgets) // 2]}"]
+    out["orch_minus_joint_mid"] = out[f"orch_minus_joint_N{middle_budget(budgets)}"]
     out["joint_minus_orch_high"] = -out[f"orch_minus_joint_N{top}"]
     out["joint_gain_last_budget_step"] = (curves["all"][top] - curves["all"][budgets[-2]]) if len(budgets) > 1 \
         else float("nan")

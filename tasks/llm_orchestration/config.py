@@ -54,16 +54,23 @@ class ControllerConfig(ProfileConfig):
     batch_size: int = Field(ge=1, le=4096)
     lr: float = Field(gt=0, le=1)
     max_evidence: int = Field(ge=1, le=3, description="evidence tokens a program may hold (programs fit 8 tokens)")
+    stress_temperature: float = Field(gt=0, le=10, description="the grammar mask's stress control: programs "
+                                      "sampled at this temperature, free and constrained")
 
 
 class JointConfig(ProfileConfig):
     budgets: list[int] = Field(min_length=1, description="paired multimodal QA examples N, increasing")
+    oracle_budget: int = Field(ge=8, description="the capacity check's budget (one of budgets)")
     validation: int = Field(ge=16, le=1_000_000, description="held-out paired items for early stopping")
     width: int = Field(ge=8, le=512)
     layers: int = Field(ge=1, le=12)
     heads: int = Field(ge=1, le=16)
     check_min_steps: int = Field(ge=1, le=100_000, description="steps between held-out checks, at least")
     patience: int = Field(ge=1, le=1000, description="held-out checks without improvement before stopping")
+    smoothing: float = Field(ge=0, lt=1, description="weight of the past in the held-out loss's moving average "
+                             "that the stopping rule reads (0: the raw loss)")
+    tolerance: float = Field(ge=0, le=1, description="an improvement of the smoothed held-out loss smaller than this "
+                             "does not reset the patience")
     safety_steps: int = Field(ge=1, le=10_000_000, description="guard against a run that never stops")
     batch_size: int = Field(ge=1, le=4096)
     lr: float = Field(gt=0, le=1)
@@ -72,6 +79,8 @@ class JointConfig(ProfileConfig):
     def _budgets(self) -> JointConfig:
         if any(b < 8 for b in self.budgets) or self.budgets != sorted(set(self.budgets)):
             raise ValueError(f"budgets must be increasing, distinct and >= 8, got {self.budgets}")
+        if self.oracle_budget not in self.budgets:
+            raise ValueError(f"oracle_budget {self.oracle_budget} must be one of budgets {self.budgets}")
         if self.width % self.heads:
             raise ValueError(f"joint.width {self.width} must be divisible by joint.heads {self.heads}")
         return self

@@ -94,11 +94,17 @@ def train_controller(vocab: dict[str, int], n_layer: int, n_head: int, n_embd: i
 @torch.no_grad()
 def decode_programs(model: GPT2LMHeadModel, vocab: dict[str, int], prompts: Sequence[list[str]],
                     prefixes: Sequence[list[str]], constrained: bool, max_evidence: int = 3,
-                    max_len: int = MAX_PROGRAM) -> tuple[list[list[str]], list[int]]:
-    """Greedy programs for ``prompts`` after their forced ``prefixes``; also the tokens each decode generated.
+                    max_len: int = MAX_PROGRAM, temperature: float = 0.0,
+                    generator: torch.Generator | None = None) -> tuple[list[list[str]], list[int]]:
+    """Programs for ``prompts`` after their forced ``prefixes``; also the tokens each decode generated.
 
-    ``constrained``: argmax over the grammar's allowed next tokens (``method.grammar_mask``). Free decoding:
-    argmax over the whole vocabulary, stopping at ``<EOS>`` or ``max_len`` tokens (the result may be invalid)."""
+    ``constrained``: the choice is restricted to the grammar's allowed next tokens (``method.grammar_mask``). Free
+    decoding: the whole vocabulary, stopping at ``<EOS>`` or ``max_len`` tokens (the result may be invalid).
+    ``temperature`` 0: greedy (argmax); > 0: sampled from softmax(logits / temperature) with ``generator`` (the
+    stress control of the grammar mask: sampling makes free decoding leave the grammar)."""
+    if temperature > 0 and generator is None:
+        raise ValueError("sampled decoding (temperature > 0) needs an explicit torch.Generator")
+    everything = torch.ones(len(vocab), dtype=torch.bool)
     names = {i: t for t, i in vocab.items()}
     programs: list[list[str]] = [list(p) for p in prefixes]
     generated = [0] * len(prompts)
@@ -121,11 +127,11 @@ def decode_programs(model: GPT2LMHeadModel, vocab: dict[str, int], prompts: Sequ
                 if not active[row]:
                     next_ids.append(vocab[PAD])
                     continue
-                if constrained:
-                    mask = method.grammar_mask(states[i], vocab, len(vocab), max_evidence)
-                    choice = method.masked_argmax(logits[row], mask)
+                mask = method.grammar_mask(states[i], vocab, len(vocab), max_evidence) if constrained else everything
+                if temperature > 0:
+                    choice = method.masked_sample(logits[row], mask, temperature, generator)
                 else:
-                    choice = int(logits[row].argmax())
+                    choice = method.masked_argmax(logits[row], mask)
                 token = names[choice]
                 programs[i].append(token)
                 generated[i] += 1

@@ -83,17 +83,22 @@ def _session_rows(rng: np.random.Generator, n: int, cfg: LlmOrchestrationConfig)
 
 
 def make_streams(cfg: LlmOrchestrationConfig, seed: int) -> dict[str, pl.DataFrame]:
-    # the paired pool: the largest budget, then the held-out part the joint model stops early on
-    w, budget = cfg.world, max(cfg.joint.budgets) + cfg.joint.validation
+    # the paired pool: the largest budget, then the held-out part the joint model stops early on. Each part has
+    # its own generator, so changing the budgets never redraws the evaluation items, the sessions or the
+    # validation split, and a budget's training items are a prefix of any larger budget's
+    w = cfg.world
     rng = np.random.default_rng([seed, 1])
+    pool_rng, val_rng, eval_rng, session_rng = (np.random.default_rng([seed, k]) for k in (2, 3, 4, 5))
     return {
         "images": pl.DataFrame(_image_rows(rng, w.n_images, "train") + _image_rows(rng, w.n_expert_test, "test")),
         "videos": pl.DataFrame(_video_rows(rng, w.n_videos, "train") + _video_rows(rng, w.n_expert_test, "test")),
         "utterances": pl.DataFrame(_utterance_rows(rng, w.n_utterances, "train")
                                    + _utterance_rows(rng, w.n_expert_test, "test")),
-        "qa_train": pl.DataFrame(_qa_rows(rng, budget, w.held_out_fraction, w.spoken_fraction)),
-        "qa_eval": pl.DataFrame(_qa_rows(rng, w.n_qa_eval, w.held_out_fraction, w.spoken_fraction)),
-        "sessions": pl.DataFrame(_session_rows(rng, w.n_sessions, cfg)),
+        "qa_train": pl.DataFrame(
+            _qa_rows(pool_rng, max(cfg.joint.budgets), w.held_out_fraction, w.spoken_fraction)
+            + _qa_rows(val_rng, cfg.joint.validation, w.held_out_fraction, w.spoken_fraction)),
+        "qa_eval": pl.DataFrame(_qa_rows(eval_rng, w.n_qa_eval, w.held_out_fraction, w.spoken_fraction)),
+        "sessions": pl.DataFrame(_session_rows(session_rng, w.n_sessions, cfg)),
     }
 
 

@@ -149,13 +149,30 @@ def transcripts(cfg: LlmOrchestrationConfig, rows: list[dict], asr: torch.nn.Mod
 
 
 def programs_for(controller, rows: list[dict], heard: list[str], constrained: bool, max_evidence: int,
-                 timer: Timer) -> tuple[list[list[str]], list[int], list[list[str]]]:
+                 timer: Timer, temperature: float = 0.0, generator: torch.Generator | None = None
+                 ) -> tuple[list[list[str]], list[int], list[list[str]]]:
+    """The controller's programs for ``rows`` (greedy, or sampled at ``temperature`` with ``generator``)."""
     requests = [request_of(r) for r in rows]
     prompts = [prompt_tokens(q, text) for q, text in zip(requests, heard, strict=True)]
     prefixes = [[method.ASR] if q.spoken else [] for q in requests]
-    programs, generated = timer.time("controller" if constrained else "controller_free", decode_programs, controller,
-                                     controller_vocab(), prompts, prefixes, constrained, max_evidence)
+    name = ("controller" if constrained else "controller_free") + ("_sampled" if temperature > 0 else "")
+    programs, generated = timer.time(name, lambda: decode_programs(controller, controller_vocab(), prompts, prefixes,
+                                                                   constrained, max_evidence, temperature=temperature,
+                                                                   generator=generator))
     return programs, generated, prompts
+
+
+def stress_invalid_counts(controller, rows: list[dict], heard: list[str], max_evidence: int, temperature: float,
+                          seed: int) -> dict[str, float]:
+    """The grammar mask's stress control: invalid programs among ``rows`` when the controller's programs are
+    sampled at ``temperature``, free and constrained, each decode with its own generator seeded by ``seed``."""
+    out = {}
+    for constrained, name in ((False, "free"), (True, "constrained")):
+        generator = torch.Generator().manual_seed(seed)
+        programs, _, _ = programs_for(controller, rows, heard, constrained, max_evidence, Timer(), temperature,
+                                      generator)
+        out[f"invalid_{name}_sampled"] = float(sum(not method.accepts(p, max_evidence) for p in programs))
+    return out
 
 
 def attached_of(row: dict, key: str) -> dict[str, str]:
@@ -293,7 +310,7 @@ def evaluate(cfg: LlmOrchestrationConfig, seed: int, data_dir: Path, model_dir: 
         count_answers = Counter(gold_answer(r) for r in qa if r["intent"] == "count")
         result.add(count_majority_correct=float(max(count_answers.values())))
         j = cfg.joint
-        for kind, budgets in (("joint", j.budgets), ("oracle", [max(j.budgets)])):
+        for kind, budgets in (("joint", j.budgets), ("oracle", [j.oracle_budget])):
             for budget in budgets:
                 model = baselines.build_fusion(shapes[kind], j.width, j.layers, j.heads, len(SPEECH_VOCAB), 0)
                 load_state_dict(model, model_dir / joint_file(budget, kind))
@@ -318,6 +335,8 @@ def evaluate(cfg: LlmOrchestrationConfig, seed: int, data_dir: Path, model_dir: 
                    routing_correct=float(sum(p == g for p, g in zip(programs, gold, strict=True))),
                    routing_correct_held_out=float(sum(programs[k] == gold[k] for k in held)),
                    routing_correct_free=float(sum(p == g for p, g in zip(free, gold, strict=True))))
+        result.add(stress_invalid_counts(controller, rows, heard, cfg.controller.max_evidence,
+                                         cfg.controller.stress_temperature, seed))
         for memory in (True, False):
             result.add(run_sessions(cfg, rows, programs, generated, prompts, heard, tables, memory,
                                     timer if memory else Timer()))

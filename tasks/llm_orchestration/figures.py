@@ -25,20 +25,20 @@ def make_figures(cfg: LlmOrchestrationConfig, results: list[SeedResult], figures
         m = r.metrics
         joint = [m[f"joint_qa_correct_N{b}"] / m["qa_trials"] for b in budgets]
         joint_count = [m[f"joint_qa_correct_count_N{b}"] / m["qa_trials_count"] for b in budgets]
-        oracle_count = m[f"oracle_qa_correct_count_N{budgets[-1]}"] / m["qa_trials_count"]
+        oracle_count = m[f"oracle_qa_correct_count_N{cfg.joint.oracle_budget}"] / m["qa_trials_count"]
         orch = m["orch_qa_correct_vision_v2"] / m["qa_trials"]
         majority = m["count_majority_correct"] / m["qa_trials_count"]
         first = r is results[0]
         axes[0, 0].plot(budgets, joint, "o-", color="tab:red", alpha=0.6, label="joint model, all" if first else None)
         axes[0, 0].plot(budgets, joint_count, "s--", color="tab:orange", alpha=0.6,
                         label="joint model, count questions" if first else None)
-        axes[0, 0].plot([budgets[-1]], [oracle_count], "^", color="tab:green", alpha=0.6,
+        axes[0, 0].plot([cfg.joint.oracle_budget], [oracle_count], "^", color="tab:green", alpha=0.6,
                         label="capacity check (true scene), count" if first else None)
         axes[0, 0].axhline(orch, color="tab:blue", alpha=0.6, label="orchestrator (no paired data)" if first else None)
         axes[0, 0].axhline(majority, color="grey", ls=":", alpha=0.6,
                            label="most common count" if first else None)
         rows += [{"seed": r.seed, "budget": b, "joint_accuracy": a, "joint_count_accuracy": c,
-                  "oracle_count_accuracy": oracle_count if b == budgets[-1] else float("nan"),
+                  "oracle_count_accuracy": oracle_count if b == cfg.joint.oracle_budget else float("nan"),
                   "orchestrator_accuracy": orch, "count_majority_rate": majority}
                  for b, a, c in zip(budgets, joint, joint_count, strict=True)]
     axes[0, 0].set(xscale="log", xlabel="paired QA examples N", ylabel="single-turn QA accuracy",

@@ -126,6 +126,17 @@ def masked_argmax(logits: torch.Tensor, mask: torch.Tensor) -> int:
     return int(torch.where(mask, logits, torch.full_like(logits, -math.inf)).argmax())
 
 
+def masked_sample(logits: torch.Tensor, mask: torch.Tensor, temperature: float, generator: torch.Generator) -> int:
+    """One draw from softmax(logits / temperature) renormalised over the ids where ``mask`` is True (sampled
+    decoding; an all-True mask is free sampling). Uses only ``generator``."""
+    if not bool(mask.any()):
+        raise ValueError("the mask allows no token")
+    if not temperature > 0:
+        raise ValueError(f"temperature must be > 0, got {temperature}")
+    scaled = torch.where(mask, logits.double() / temperature, torch.full_like(logits, -math.inf, dtype=torch.double))
+    return int(torch.multinomial(scaled.softmax(-1), 1, generator=generator))
+
+
 # --- text-centric memory (Section 3.2) ----------------------------------------------------------------------
 
 WORD = re.compile(r"[a-z0-9]+")

@@ -4,7 +4,7 @@ and the jointly trained baseline at every paired-data budget. Nothing is trained
 Checkpoints (safetensors) in ``model_dir``: ``vision_v1``/``vision_v2`` (the weaker and the upgraded vision
 expert of the swap test; v1 is the same run's snapshot after its first epoch), ``video``, ``asr``,
 ``controller/`` (GPT-2 ``save_pretrained``), ``joint_N<budget>`` (the fusion transformer over the frozen experts'
-tokens) and ``oracle_N<largest budget>`` (the same transformer on true one-hot scene tokens: the capacity check).
+tokens) and ``oracle_N<oracle_budget>`` (the same transformer on true one-hot scene tokens: the capacity check).
 Every stage records its wall seconds and the seed thread's CPU seconds (``cpu_seconds_<stage>``; each seed
 computes with one torch thread on its own thread, so this is the seed's compute even when seeds overlap).
 """
@@ -97,12 +97,13 @@ def fit_budget_curve(cfg: LlmOrchestrationConfig, tokens: dict[str, torch.Tensor
         model = baselines.build_fusion(shapes, j.width, j.layers, j.heads, len(SPEECH_VOCAB), seed + 10 + k)
         log = baselines.train_fusion(model, baselines.take(tokens, slice(0, budget)), labels[:budget], val_tokens,
                                      val_labels, j.batch_size, j.lr, j.check_min_steps, j.patience, j.safety_steps,
-                                     seed + 10 + k)
+                                     seed + 10 + k, j.smoothing, j.tolerance)
         save_state_dict(model, model_dir / joint_file(budget, kind))
         curves[f"{kind}_N{budget}"], curves[f"{kind}_val_N{budget}"] = log.losses, log.val_losses
         train_pred = baselines.fusion_predict(model, baselines.take(tokens, slice(0, budget)))
         metrics |= {f"{kind}_steps_N{budget}": float(log.steps), f"{kind}_best_step_N{budget}": float(log.best_step),
                     f"{kind}_stopped_early_N{budget}": float(log.stopped_early),
+                    f"{kind}_converged_N{budget}": float(log.stopped_early),
                     f"{kind}_best_val_loss_N{budget}": min(log.val_losses),
                     f"{kind}_train_correct_N{budget}": float((train_pred == labels[:budget]).sum()),
                     f"{kind}_train_trials_N{budget}": float(budget)}
@@ -169,9 +170,9 @@ def train(cfg: LlmOrchestrationConfig, seed: int, data_dir: Path, model_dir: Pat
         curves |= joint_curves
     progress(0.8, "joint models trained")
     with timed(result, "oracle"):
-        # the capacity check at the largest budget only: it asks whether this architecture can count at all
+        # the capacity check at one budget only (oracle_budget): it asks whether this architecture can count at all
         metrics, oracle_curves = fit_budget_curve(cfg, oracle, labels, baselines.ORACLE_SHAPES, "oracle",
-                                                  [max(cfg.joint.budgets)], seed + 100, model_dir, progress)
+                                                  [cfg.joint.oracle_budget], seed + 100, model_dir, progress)
         result.add(metrics)
         curves |= oracle_curves
     progress(1.0, "capacity check trained")

@@ -414,6 +414,7 @@ def test_check_every_exact():
     assert baselines.check_every(100, 64, 50) == 50
     assert baselines.check_every(6400, 64, 50) == 100
     assert baselines.check_every(6401, 64, 50) == 101
+    assert baselines.check_every(100, 64, 1) == 2  # one check per epoch at small N (the cpu profile's setting)
 
 
 def test_overhead_knob_at_share_exact():
@@ -501,3 +502,208 @@ def test_gold_programs_are_legal():
             for speak in (False, True):
                 program = controller.gold_program(controller.Request(intent, "x", spoken, speak))
                 assert method.accepts(program), program
+
+
+# --- the grammar mask's stress control (sampled decoding), the middle budget, the capacity check's budget ----
+
+
+def test_masked_sample_draws_from_the_tempered_softmax_over_the_mask():
+    logits = torch.tensor([2.0, 0.0, 1.0, 5.0])
+    mask = torch.tensor([True, True, True, False])
+    # softmax([2, 0, 1] / 2) over the mask, id 3 at probability 0
+    probs = torch.softmax(torch.tensor([1.0, 0.0, 0.5], dtype=torch.double), -1).tolist() + [0.0]
+    generator = torch.Generator().manual_seed(7)
+    draws = [method.masked_sample(logits, mask, 2.0, generator) for _ in range(200)]
+    assert 3 not in draws  # never outside the mask, though id 3 has the largest logit
+    counts = [draws.count(i) for i in range(3)]
+    # softmax([1, 0, 0.5]) = [0.506, 0.186, 0.307]: 200 draws land near 101 / 37 / 61
+    assert counts[0] > counts[2] > counts[1] > 0
+    single = torch.tensor([False, False, True, False])
+    assert {method.masked_sample(logits, single, 1.0, generator) for _ in range(20)} == {2}
+    with pytest.raises(ValueError):
+        method.masked_sample(logits, torch.zeros(4, dtype=torch.bool), 1.0, generator)
+    with pytest.raises(ValueError):
+        method.masked_sample(logits, mask, 0.0, generator)
+    # exact: from the same generator state, the draw equals multinomial on the hand-computed probabilities
+    for seed in range(20):
+        got = method.masked_sample(logits, mask, 2.0, torch.Generator().manual_seed(seed))
+        want = int(torch.multinomial(torch.tensor(probs, dtype=torch.double), 1,
+                                     generator=torch.Generator().manual_seed(seed)))
+        assert got == want
+
+
+def test_negative_control_sampling_without_temperature_or_mask_is_caught(monkeypatch):
+    def unscaled(logits, mask, temperature, generator):  # forgets the temperature, keeps the input checks
+        if not bool(mask.any()) or temperature <= 0:
+            raise ValueError("empty mask or temperature <= 0")
+        scaled = torch.where(mask, logits.double(), torch.full_like(logits, -math.inf, dtype=torch.double))
+        return int(torch.multinomial(scaled.softmax(-1), 1, generator=generator))
+
+    monkeypatch.setattr(method, "masked_sample", unscaled)
+    with pytest.raises(AssertionError):  # the positive test's exact comparison catches it
+        test_masked_sample_draws_from_the_tempered_softmax_over_the_mask()
+
+
+def _sampled_invalid_count(constrained: bool, seed: int = 0) -> tuple[int, list[list[str]]]:
+    model, vocab = _random_controller(0)
+    prompts = [[controller.IMG, "how", "many", "red", "objects", controller.SEP],
+               [controller.VID, controller.AUD, "which", "way", controller.SEP], ["hello", "there", controller.SEP]]
+    prefixes = [[], [ASR], []]
+    programs, _ = controller.decode_programs(model, vocab, prompts * 4, prefixes * 4, constrained, temperature=1.5,
+                                             generator=torch.Generator().manual_seed(seed))
+    return sum(not method.accepts(p) for p in programs), programs
+
+
+def test_sampled_decoding_is_seeded_and_the_mask_holds_under_sampling():
+    free_invalid, free = _sampled_invalid_count(constrained=False)
+    constrained_invalid, constrained = _sampled_invalid_count(constrained=True)
+    assert free_invalid > 0 and constrained_invalid == 0
+    assert _sampled_invalid_count(constrained=True)[1] == constrained  # the same generator seed, the same programs
+    assert _sampled_invalid_count(constrained=True, seed=1)[1] != constrained  # it samples
+    model, vocab = _random_controller(0)
+    with pytest.raises(ValueError, match="torch.Generator"):
+        controller.decode_programs(model, vocab, [["hello", controller.SEP]], [[]], True, temperature=1.0)
+
+
+def test_negative_control_sampling_that_ignores_the_mask_is_caught(monkeypatch):
+    monkeypatch.setattr(method, "masked_sample", lambda logits, mask, temperature, generator: int(
+        torch.multinomial((logits.double() / temperature).softmax(-1), 1, generator=generator)))
+    with pytest.raises(ValueError, match="is not allowed"):  # the grammar's own check refuses the illegal draw
+        test_sampled_decoding_is_seeded_and_the_mask_holds_under_sampling()
+
+
+def test_middle_budget_exact():
+    assert claim_metrics.middle_budget([100, 400, 1600, 6400]) == 400
+    assert claim_metrics.middle_budget([100, 400, 1600]) == 400
+    assert claim_metrics.middle_budget([50, 100]) == 50
+    assert claim_metrics.middle_budget([7]) == 7
+
+
+def test_negative_control_upper_middle_is_caught(monkeypatch):
+    monkeypatch.setattr(claim_metrics, "middle_budget", lambda budgets: budgets[len(budgets) // 2])
+    with pytest.raises(AssertionError):  # the positive test run under the upper-middle variant
+        test_middle_budget_exact()
+
+
+def test_oracle_budget_must_be_a_measured_budget():
+    from pydantic import ValidationError
+
+    from tasks.llm_orchestration.config import JointConfig
+
+    base = {"budgets": [100, 400], "validation": 50, "width": 16, "layers": 1, "heads": 2, "check_min_steps": 5,
+            "patience": 1, "smoothing": 0.0, "tolerance": 0.0, "safety_steps": 20, "batch_size": 32, "lr": 2e-3}
+    assert JointConfig(**base, oracle_budget=100).oracle_budget == 100
+    with pytest.raises(ValidationError, match="oracle_budget 200 must be one of budgets"):
+        JointConfig(**base, oracle_budget=200)
+
+
+def _stress_rows():
+    rows = [{"intent": "count", "text": "how many red objects", "spoken": False, "speak": False},
+            {"intent": "direction", "text": "which way", "spoken": True, "speak": True},
+            {"intent": "chat", "text": "hello there", "spoken": False, "speak": False}] * 4
+    return rows, [r["text"] for r in rows]
+
+
+def test_stress_invalid_counts_are_the_sampled_decodes_invalid_programs():
+    from tasks.llm_orchestration import evaluate
+
+    model, vocab = _random_controller(0)
+    rows, heard = _stress_rows()
+    out = evaluate.stress_invalid_counts(model, rows, heard, 3, 1.5, seed=5)
+    prompts = [controller.prompt_tokens(evaluate.request_of(r), t) for r, t in zip(rows, heard, strict=True)]
+    prefixes = [[ASR] if r["spoken"] else [] for r in rows]
+    free, _ = controller.decode_programs(model, vocab, prompts, prefixes, False, 3, temperature=1.5,
+                                         generator=torch.Generator().manual_seed(5))
+    want_free = float(sum(not method.accepts(p) for p in free))
+    assert out == {"invalid_free_sampled": want_free, "invalid_constrained_sampled": 0.0}
+    assert want_free > 0  # a random controller sampled freely leaves the grammar
+
+
+def test_negative_control_stress_counts_with_the_mask_on_both_decodes_are_caught(monkeypatch):
+    from tasks.llm_orchestration import evaluate
+
+    original = evaluate.programs_for
+    monkeypatch.setattr(evaluate, "programs_for", lambda c, rows, heard, constrained, *a: original(
+        c, rows, heard, True, *a))
+    with pytest.raises(AssertionError):  # the positive test run with the mask on both decodes
+        test_stress_invalid_counts_are_the_sampled_decodes_invalid_programs()
+
+
+# --- the joint reference's stopping rule and the fixed evaluation set (after the second review) -----------------
+
+
+def test_smoothed_exact():
+    assert baselines.smoothed([1.0, 0.0, 1.0], 0.5) == [1.0, 0.5, 0.75]
+    assert baselines.smoothed([0.4, 0.2, 0.3], 0.0) == [0.4, 0.2, 0.3]
+    assert baselines.smoothed([2.0, 1.0], 0.8) == pytest.approx([2.0, 1.8])
+    assert baselines.smoothed([], 0.8) == []
+
+
+def test_negative_control_smoothing_with_the_weights_swapped_is_caught(monkeypatch):
+    monkeypatch.setattr(baselines, "smoothed", _swapped)
+    with pytest.raises(AssertionError):
+        test_smoothed_exact()
+
+
+def _swapped(values, weight):  # weight on the new value instead of the past
+    out = []
+    for v in values:
+        out.append(v if not out else (1.0 - weight) * out[-1] + weight * v)
+    return out
+
+
+def test_should_stop_exact():
+    # best before the last 2 is 1.0; the last two (1.0, 1.2) do not go below it: stop (tolerance 0)
+    assert baselines.should_stop([2.0, 1.0, 1.0, 1.2], 2, 0.0)
+    # 0.99 is below 1.0: an improvement, no stop
+    assert not baselines.should_stop([2.0, 1.0, 0.99, 1.2], 2, 0.0)
+    # ... but not by more than the tolerance 0.05: stop
+    assert baselines.should_stop([2.0, 1.0, 0.99, 1.2], 2, 0.05)
+    # too few checks to judge
+    assert not baselines.should_stop([2.0, 3.0], 2, 0.0)
+    assert baselines.should_stop([2.0, 3.0, 4.0], 2, 0.0)
+    # a loss still falling never stops, however long
+    assert not baselines.should_stop([1.0 / (k + 1) for k in range(50)], 10, 0.0)
+
+
+def test_negative_control_stopping_off_by_one_is_caught(monkeypatch):
+    monkeypatch.setattr(baselines, "should_stop", lambda s, patience, tolerance: len(s) > patience - 1 and (
+        min(s[-(patience - 1):]) >= min(s[:-(patience - 1)]) - tolerance))
+    with pytest.raises(AssertionError):
+        test_should_stop_exact()
+
+
+def test_train_fusion_stops_by_the_smoothed_rule():
+    shapes = baselines.TokenShapes(4, 3, 1, 2, 1)
+    n = 40
+    generator = torch.Generator().manual_seed(0)
+    batch = {"image_tokens": torch.rand(n, 4, 3, generator=generator), "video_tokens": torch.rand(n, 1, 2),
+             "audio_tokens": torch.zeros(n, 16, 1), "has_image": torch.ones(n, dtype=torch.bool),
+             "has_video": torch.zeros(n, dtype=torch.bool), "spoken": torch.zeros(n, dtype=torch.bool),
+             "word_ids": torch.randint(0, 5, (n, 16), generator=generator),
+             "question_mask": torch.ones(n, 16, dtype=torch.bool)}
+    labels = torch.randint(0, 3, (n,), generator=generator)
+    model = baselines.build_fusion(shapes, 8, 1, 2, 5, 0)
+    val, val_labels = baselines.take(batch, slice(20, 40)), labels[20:40]
+    log = baselines.train_fusion(model, baselines.take(batch, slice(0, 20)), labels[:20], val, val_labels, 8, 1e-2,
+                                 5, 3, 2000, 0, smoothing=0.7, tolerance=0.01)
+    assert log.stopped_early and log.smoothed_val_losses == baselines.smoothed(log.val_losses, 0.7)
+    # it stopped at the first check where the rule (written out here) fires, not before and not after
+    def rule(s):
+        return len(s) > 3 and min(s[-3:]) >= min(s[:-3]) - 0.01
+
+    fired = [rule(log.smoothed_val_losses[:k]) for k in range(1, len(log.val_losses) + 1)]
+    assert fired[-1] and not any(fired[:-1])
+    # and kept the weights of the best raw held-out loss
+    assert baselines.mean_loss(model, val, val_labels) == pytest.approx(min(log.val_losses), rel=1e-5)
+
+
+def test_negative_control_stopping_one_check_late_is_caught(monkeypatch):
+    original = baselines.should_stop
+
+    def late(s, patience, tolerance):  # judges the checks before the last one: stops one check late
+        return len(s) > 1 and original(s[:-1], patience, tolerance)
+
+    monkeypatch.setattr(baselines, "should_stop", late)
+    with pytest.raises(AssertionError):
+        test_train_fusion_stops_by_the_smoothed_rule()

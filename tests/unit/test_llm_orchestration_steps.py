@@ -106,3 +106,40 @@ def test_hashed_bow_is_identical_across_processes():
 def test_negative_control_a_salted_hash_differs_across_processes():
     expression = "[hash(w) % 64 for w in method.words('image objects red circle blue square')]"
     assert _bow_in_subprocess(expression, "1") != _bow_in_subprocess(expression, "2")
+
+
+def _smoke_cfg(budgets: list[int]):
+    from tasks.common.params import read_params, validate_paper_section
+
+    cfg = validate_paper_section("llm_orchestration", read_params()["llm_orchestration"])["smoke"]
+    return cfg.model_copy(update={"joint": cfg.joint.model_copy(update={"budgets": budgets,
+                                                                        "oracle_budget": budgets[0]})})
+
+
+def test_the_budgets_never_redraw_the_evaluation_set():
+    small, large = data.make_streams(_smoke_cfg([50, 100]), 3), data.make_streams(_smoke_cfg([50, 300]), 3)
+    validation = _smoke_cfg([50, 100]).joint.validation
+    for name in ("qa_eval", "sessions", "images", "videos", "utterances"):
+        assert small[name].equals(large[name]), name
+    # the training items of the smaller top budget are a prefix of the larger one's, the validation tail is the same
+    assert small["qa_train"].head(100).equals(large["qa_train"].head(100))
+    assert small["qa_train"].tail(validation).equals(large["qa_train"].tail(validation))
+    assert small["qa_train"].height == 100 + validation and large["qa_train"].height == 300 + validation
+    assert not small["qa_eval"].equals(data.make_streams(_smoke_cfg([50, 100]), 4)["qa_eval"])  # seeded
+
+
+def test_negative_control_one_generator_for_pool_and_evaluation_is_caught(monkeypatch):
+    def shared(cfg, seed):  # the old layout: the pool, then the evaluation items and sessions, on one generator
+        w, budget = cfg.world, max(cfg.joint.budgets) + cfg.joint.validation
+        rng = np.random.default_rng([seed, 1])
+        out = {name: data.pl.DataFrame(rows(rng, n, "train") + rows(rng, w.n_expert_test, "test"))
+               for name, rows, n in (("images", data._image_rows, w.n_images), ("videos", data._video_rows, w.n_videos),
+                                     ("utterances", data._utterance_rows, w.n_utterances))}
+        out["qa_train"] = data.pl.DataFrame(data._qa_rows(rng, budget, w.held_out_fraction, w.spoken_fraction))
+        out["qa_eval"] = data.pl.DataFrame(data._qa_rows(rng, w.n_qa_eval, w.held_out_fraction, w.spoken_fraction))
+        out["sessions"] = data.pl.DataFrame(data._session_rows(rng, w.n_sessions, cfg))
+        return out
+
+    monkeypatch.setattr(data, "make_streams", shared)
+    with pytest.raises(AssertionError):
+        test_the_budgets_never_redraw_the_evaluation_set()
