@@ -361,9 +361,12 @@ def loop_spec_failures() -> list[str]:
         failures.append("with_beta")
     if spec.with_dim(3).real_var != 2.5 or spec.with_dim(3).real_theta.tolist() != [5.0, 0.0, 0.0]:
         failures.append("with_dim")
+    ints = m.LoopSpec("i", [[0.5]], [0.5], [1.0], [[1.0, 2.0]], [1, 2])  # an int theta of d entries
+    if not (ints.real_theta.dtype == np.float64 and ints.real_theta.tolist() == [1.0, 2.0]):
+        failures.append("int theta")
     bad = {"square": (([[0.5, 0.0]], [0.5], [1.0], [[1.0]]), {}),
-           "real_share": (([[1.5, 0.0], [0.0, 0.5]], [-0.5, 0.5], [1.0, 1.0], [[1.0], [1.0]]), {}),
-           "real_share ": (([[0.0]], [1.5], [1.0], [[1.0]]), {}),
+           "real_share must be in": (([[1.5, 0.0], [0.0, 0.5]], [-0.5, 0.5], [1.0, 1.0], [[1.0], [1.0]]), {}),
+           "real_share must be in ": (([[0.0]], [1.5], [1.0], [[1.0]]), {}),
            "real_var": (([[0.5]], [0.5], [1.0], [[1.0]]), {"real_var": 0.0})}
     for message, (args, kwargs) in bad.items():
         try:
