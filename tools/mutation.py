@@ -91,6 +91,13 @@ def mutmut_section(slug: str, timeout_multiplier: float, kinds: list[str] | None
         "timeout_constant = 10.0",
         # Error messages and exception types are not formulas: a mutated message is equivalent by construction.
         """do_not_mutate_patterns = ['^\\s*raise\\s']""",
+        # Fork every mutant's worker from mutmut's fork server, never from its main process: the main process
+        # runs the clean tests and the stats in-process, and a library that started a thread pool there (polars'
+        # rayon pool: constrained_unlearning's data.py) leaves the forked worker waiting forever on a latch of a
+        # thread that does not exist in the child (a false "timeout"). The fork server only imports and collects
+        # the tests (collect warm-up), so no pool has started when it forks.
+        'process_isolation = "forkserver"',
+        'forkserver_warmup = "collect"',
         "use_git_change_detection = false",
         'on_dependency_change = "rerun"',
         "",

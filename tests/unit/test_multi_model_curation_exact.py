@@ -341,3 +341,66 @@ def test_negative_control_small_helper_variants_are_caught(monkeypatch, broken):
             np.asarray(a) / collapse_var, np.asarray(a) / np.asarray(b)))))
     with pytest.raises((AssertionError, ZeroDivisionError)):
         check_small_helpers()
+
+
+# LoopSpec's conversion and validation (issue 20, fifth-pass survivors): int and nested inputs, exact edges ---------
+
+def loop_spec_failures() -> list[str]:
+    failures = []
+    spec = m.LoopSpec("s", [[0, 1], [0, 0]], [0, 1], [[1], [2]], [[1, 2], [3, 4]], [5], 2.5)
+    want = {"mixing": [[0.0, 1.0], [0.0, 0.0]], "real_share": [0.0, 1.0], "beta": [1.0, 2.0],
+            "targets": [[1.0, 2.0], [3.0, 4.0]], "real_theta": [5.0, 5.0]}  # the scalar theta_0 spread over d = 2
+    for name, value in want.items():
+        got = getattr(spec, name)
+        if not (isinstance(got, np.ndarray) and got.dtype == np.float64 and got.tolist() == value):
+            failures.append(name)
+    row = m.LoopSpec("r", [[0.5]], [0.5], [1.0], [[1.0, 2.0]], [[1.0, 2.0]])  # a (1, d) theta row
+    if row.real_theta.shape != (2,):
+        failures.append("theta row")
+    if spec.with_beta([3, 4]).name != "s" or spec.with_beta([3, 4]).beta.tolist() != [3.0, 4.0]:
+        failures.append("with_beta")
+    if spec.with_dim(3).real_var != 2.5 or spec.with_dim(3).real_theta.tolist() != [5.0, 0.0, 0.0]:
+        failures.append("with_dim")
+    ints = m.LoopSpec("i", [[0.5]], [0.5], [1.0], [[1.0, 2.0]], [1, 2])  # an int theta of d entries
+    if not (ints.real_theta.dtype == np.float64 and ints.real_theta.tolist() == [1.0, 2.0]):
+        failures.append("int theta")
+    bad = {"square": (([[0.5, 0.0]], [0.5], [1.0], [[1.0]]), {}),
+           "real_share must be in": (([[1.5, 0.0], [0.0, 0.5]], [-0.5, 0.5], [1.0, 1.0], [[1.0], [1.0]]), {}),
+           "real_share must be in ": (([[0.0]], [1.5], [1.0], [[1.0]]), {}),
+           "real_var": (([[0.5]], [0.5], [1.0], [[1.0]]), {"real_var": 0.0})}
+    for message, (args, kwargs) in bad.items():
+        try:
+            m.LoopSpec("b", *args, **kwargs)
+            failures.append(f"accepted {message.strip()}")
+        except ValueError as error:
+            if message.strip() not in str(error):
+                failures.append(f"wrong error {message.strip()}")
+    return failures
+
+
+def test_loop_spec_converts_and_validates_exactly():
+    assert loop_spec_failures() == []
+
+
+def test_negative_control_loop_spec_without_theta_spreading_fails(monkeypatch):
+    original = m.LoopSpec.__post_init__
+
+    def no_spread(self):
+        object.__setattr__(self, "real_theta", np.asarray(self.real_theta, dtype=float).reshape(-1)[:1].repeat(
+            np.asarray(self.targets).reshape(np.atleast_2d(self.mixing).shape[0], -1).shape[1]) * 0)
+        original(self)
+
+    monkeypatch.setattr(m.LoopSpec, "__post_init__", no_spread)
+    assert "real_theta" in loop_spec_failures()
+
+
+def test_negative_control_loop_spec_accepting_real_var_zero_fails(monkeypatch):
+    original = m.LoopSpec.validate
+
+    def lenient(self):
+        if self.real_var == 0:
+            object.__setattr__(self, "real_var", 1.0)
+        original(self)
+
+    monkeypatch.setattr(m.LoopSpec, "validate", lenient)
+    assert loop_spec_failures() == ["accepted real_var"]
