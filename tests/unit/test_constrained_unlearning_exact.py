@@ -405,8 +405,9 @@ def test_gaussian_step_kl_float64_exact():
     got = m.gaussian_step_kl(torch.tensor([[1.0, 2.0]], dtype=torch.float64),
                              torch.tensor([[0.5, 1.0]], dtype=torch.float64), 0.1)
     assert got.dtype == torch.float64 and float(got[0]) == pytest.approx(1.25 / 0.2, rel=1e-14)
-    # negative control: the variance rounded to float32 is off by ~1e-8 relative
-    assert 1.25 / (2 * float(torch.tensor(0.1, dtype=torch.float32))) != pytest.approx(1.25 / 0.2, rel=1e-12)
+    # the library must not round the variance to float32 (off by ~1e-8 relative): the tolerance above tells them apart
+    variance_rounded_to_float32 = 1.25 / (2 * float(torch.tensor(0.1, dtype=torch.float32)))
+    assert float(got[0]) != pytest.approx(variance_rounded_to_float32, rel=1e-12)
 
 
 def brute_knn(points: np.ndarray, queries: np.ndarray, k: int, exclude_self: bool) -> np.ndarray:
