@@ -465,7 +465,8 @@ def test_expert_tokens_are_the_frozen_experts_features():
     assert baselines.expert_tokens(inputs, vision, video, asr)["word_ids"].shape == (n, 5)
 
 
-def _tiny_fit(monkeypatch=None):
+def _tiny_fusion_problem():
+    """40 items with random labels (so the held-out loss soon rises) and a fresh fusion model."""
     shapes = baselines.TokenShapes(4, 3, 1, 2, 1)
     n = 40
     generator = torch.Generator().manual_seed(0)
@@ -474,8 +475,12 @@ def _tiny_fit(monkeypatch=None):
              "has_video": torch.zeros(n, dtype=torch.bool), "spoken": torch.zeros(n, dtype=torch.bool),
              "word_ids": torch.randint(0, 5, (n, 16), generator=generator),
              "question_mask": torch.ones(n, 16, dtype=torch.bool)}
-    labels = torch.randint(0, 3, (n,), generator=generator)  # random labels: held-out loss soon rises
-    model = baselines.build_fusion(shapes, 8, 1, 2, 5, 0)
+    labels = torch.randint(0, 3, (n,), generator=generator)
+    return batch, labels, baselines.build_fusion(shapes, 8, 1, 2, 5, 0)
+
+
+def _tiny_fit(monkeypatch=None):
+    batch, labels, model = _tiny_fusion_problem()
     half = slice(0, 20), slice(20, 40)
     log = baselines.train_fusion(model, baselines.take(batch, half[0]), labels[half[0]], baselines.take(batch, half[1]),
                                  labels[half[1]], 8, 1e-2, 5, 2, 400, 0)
@@ -674,16 +679,7 @@ def test_negative_control_stopping_off_by_one_is_caught(monkeypatch):
 
 
 def test_train_fusion_stops_by_the_smoothed_rule():
-    shapes = baselines.TokenShapes(4, 3, 1, 2, 1)
-    n = 40
-    generator = torch.Generator().manual_seed(0)
-    batch = {"image_tokens": torch.rand(n, 4, 3, generator=generator), "video_tokens": torch.rand(n, 1, 2),
-             "audio_tokens": torch.zeros(n, 16, 1), "has_image": torch.ones(n, dtype=torch.bool),
-             "has_video": torch.zeros(n, dtype=torch.bool), "spoken": torch.zeros(n, dtype=torch.bool),
-             "word_ids": torch.randint(0, 5, (n, 16), generator=generator),
-             "question_mask": torch.ones(n, 16, dtype=torch.bool)}
-    labels = torch.randint(0, 3, (n,), generator=generator)
-    model = baselines.build_fusion(shapes, 8, 1, 2, 5, 0)
+    batch, labels, model = _tiny_fusion_problem()
     val, val_labels = baselines.take(batch, slice(20, 40)), labels[20:40]
     log = baselines.train_fusion(model, baselines.take(batch, slice(0, 20)), labels[:20], val, val_labels, 8, 1e-2,
                                  5, 3, 2000, 0, smoothing=0.7, tolerance=0.01)
